@@ -1,0 +1,131 @@
+"""Triton building blocks shared by every bundled attention kernel.
+
+Each block is one idea: load a masked tile, multiply two tiles with fp32
+accumulation, decide which (query, key) pairs are visible, turn scores into
+probabilities.  The forward and backward kernels (and later variants) are
+written from these, so a fix or a backend quirk is handled in one place.
+
+Conventions: tiles are 2-D, rows first; a "row" offset vector indexes the
+sequence axis and a "col" offset vector the head-dim axis.  Scores are kept in
+base 2 (`qk_scale = sm_scale * log2(e)`) so the softmax uses `exp2`, which maps
+to a single hardware instruction; the log-normalizer is stored in natural log.
+"""
+
+import triton
+import triton.language as tl
+
+LOG2_E: tl.constexpr = 1.4426950408889634
+LN_2: tl.constexpr = 0.6931471805599453
+
+
+@triton.jit
+def head_offset(batch, head, stride_batch, stride_head):
+    """Element offset of one (batch, head) slice; int64 so huge tensors do not wrap."""
+    return batch.to(tl.int64) * stride_batch + head.to(tl.int64) * stride_head
+
+
+@triton.jit
+def load_tile(base, rows, cols, stride_row, stride_col, n_rows, n_cols):
+    """Load base[rows, cols] honouring both strides; out-of-range elements read 0."""
+    ptrs = base + rows[:, None] * stride_row + cols[None, :] * stride_col
+    in_range = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    return tl.load(ptrs, mask=in_range, other=0.0)
+
+
+@triton.jit
+def store_tile(base, tile, rows, cols, stride_row, stride_col, n_rows, n_cols):
+    """Store tile to base[rows, cols], cast to the destination dtype, skipping padding."""
+    ptrs = base + rows[:, None] * stride_row + cols[None, :] * stride_col
+    in_range = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    tl.store(ptrs, tile.to(base.dtype.element_ty), mask=in_range)
+
+
+@triton.jit
+def load_row_stat(base, rows, n_rows, missing):
+    """Load a per-query-row fp32 statistic (log-normalizer, delta)."""
+    return tl.load(base + rows, mask=rows < n_rows, other=missing)
+
+
+@triton.jit
+def mma(a, b, acc, UPCAST_BF16: tl.constexpr):
+    """acc + a @ b, accumulated in fp32.
+
+    UPCAST_BF16 works around Triton's CPU interpreter, whose tl.dot is wrong on
+    bf16 operands.  Casting bf16 to fp32 first is numerically faithful: a product
+    of two bf16 values (8-bit significands) is exact in fp32, and the sum is fp32
+    either way.  fp32 operands use "ieee" so a float32 kernel is really float32,
+    not tf32.
+    """
+    if UPCAST_BF16:
+        if a.dtype == tl.bfloat16:
+            a = a.to(tl.float32)
+        if b.dtype == tl.bfloat16:
+            b = b.to(tl.float32)
+    if a.dtype == tl.float32:
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def visible(rows, cols, seq_q, seq_k, CAUSAL: tl.constexpr):
+    """Mask of (query row, key col) pairs that take part in attention.
+
+    Causal masking is bottom-right aligned, as in FlashAttention-2 >= 2.1: key j is
+    visible to query i iff j <= i + (seq_k - seq_q).  With seq_q > seq_k the first
+    rows then see no key at all; they produce output 0 and log-normalizer -inf.
+    """
+    mask = (rows[:, None] < seq_q) & (cols[None, :] < seq_k)
+    if CAUSAL:
+        mask = mask & (cols[None, :] <= rows[:, None] + (seq_k - seq_q))
+    return mask
+
+
+@triton.jit
+def causal_key_end(row_end, seq_q, seq_k, CAUSAL: tl.constexpr):
+    """One past the last key any query row < row_end can see."""
+    if CAUSAL:
+        return tl.minimum(seq_k, tl.maximum(row_end + seq_k - seq_q, 0))
+    return seq_k
+
+
+@triton.jit
+def causal_query_start(col_start, seq_q, seq_k, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
+    """First query-block start whose rows can see key col_start (0 if not causal)."""
+    if CAUSAL:
+        first_row = tl.maximum(col_start - (seq_k - seq_q), 0)
+        return (first_row // BLOCK_M) * BLOCK_M
+    return 0
+
+
+@triton.jit
+def scores(q, k, qk_scale, UPCAST_BF16: tl.constexpr):
+    """Base-2 scores (q @ k^T) * sm_scale * log2(e) of a [M, D] and an [N, D] tile, fp32."""
+    zero = tl.zeros((q.shape[0], k.shape[0]), dtype=tl.float32)
+    return mma(q, tl.trans(k), zero, UPCAST_BF16) * qk_scale
+
+
+@triton.jit
+def recomputed_probabilities(q, k, lse2, rows, cols, seq_q, seq_k, qk_scale,
+                             CAUSAL: tl.constexpr, UPCAST_BF16: tl.constexpr):
+    """Normalised attention probabilities of a tile, rebuilt from the stored
+    base-2 log-normalizer `lse2` (backward pass).  Invisible pairs are exactly 0.
+    Rows without any visible key carry lse2 = +inf, which also yields 0."""
+    s = scores(q, k, qk_scale, UPCAST_BF16)
+    p = tl.math.exp2(s - lse2[:, None])
+    return tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), p, 0.0)
+
+
+@triton.jit
+def score_gradient(p, do, v, delta, UPCAST_BF16: tl.constexpr):
+    """dS = P * (dO @ V^T - delta), fp32: the softmax backward of one tile."""
+    zero = tl.zeros((do.shape[0], v.shape[0]), dtype=tl.float32)
+    dp = mma(do, tl.trans(v), zero, UPCAST_BF16)
+    return p * (dp - delta[:, None])
+
+
+@triton.jit
+def base2_lse(lse):
+    """Natural-log normalizer -> base 2; -inf (no visible key) -> +inf so exp2(s - lse2) = 0."""
+    return tl.where(lse == float("-inf"), float("inf"), lse * LOG2_E)

@@ -1,0 +1,86 @@
+"""FlashAttention-2 forward kernel: one program per (query block, batch x head).
+
+The program keeps its query tile in registers and streams key/value tiles,
+maintaining the online softmax (running row max m, running row sum l, and an
+un-normalised fp32 accumulator that is rescaled whenever m grows).  The output
+is normalised once at the end, and the log-normalizer lse = ln(sum exp(s)) is
+stored for the backward pass.
+"""
+
+import triton
+import triton.language as tl
+
+from kernels.blocks import (
+    LN_2,
+    LOG2_E,
+    causal_key_end,
+    head_offset,
+    load_tile,
+    mma,
+    scores,
+    store_tile,
+    visible,
+)
+
+
+@triton.jit
+def flash_forward_kernel(
+    Q, K, V, O, LSE,
+    sm_scale,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    num_heads, group_size, seq_q, seq_k, head_dim,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    UPCAST_BF16: tl.constexpr,
+):
+    block_m = tl.program_id(0)
+    batch_head = tl.program_id(1)
+    batch = batch_head // num_heads
+    head = batch_head % num_heads
+    kv_head = head // group_size  # GQA/MQA: group_size query heads share one kv head
+
+    q_base = Q + head_offset(batch, head, stride_qb, stride_qh)
+    k_base = K + head_offset(batch, kv_head, stride_kb, stride_kh)
+    v_base = V + head_offset(batch, kv_head, stride_vb, stride_vh)
+
+    rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    q = load_tile(q_base, rows, dims, stride_qm, stride_qd, seq_q, head_dim)
+    qk_scale = sm_scale * LOG2_E
+
+    row_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+
+    key_end = causal_key_end((block_m + 1) * BLOCK_M, seq_q, seq_k, CAUSAL)
+    for key_start in range(0, key_end, BLOCK_N):
+        cols = key_start + tl.arange(0, BLOCK_N)
+        k = load_tile(k_base, cols, dims, stride_kn, stride_kd, seq_k, head_dim)
+        s = scores(q, k, qk_scale, UPCAST_BF16)
+        s = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), s, float("-inf"))
+
+        new_max = tl.maximum(row_max, tl.max(s, 1))
+        # A row that has seen only masked keys so far has max -inf; exponentiate
+        # against 0 instead so exp2(-inf - -inf) never produces NaN.
+        safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
+        p = tl.math.exp2(s - safe_max[:, None])
+        rescale = tl.math.exp2(row_max - safe_max)
+        row_sum = row_sum * rescale + tl.sum(p, 1)
+
+        v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
+        # P is rounded to the input dtype for the tensor-core product, as in
+        # every fused attention kernel; the accumulator stays fp32.
+        acc = mma(p.to(v.dtype), v, acc * rescale[:, None], UPCAST_BF16)
+        row_max = new_max
+
+    has_keys = row_sum > 0.0
+    safe_sum = tl.where(has_keys, row_sum, 1.0)
+    out = acc / safe_sum[:, None]
+    o_base = O + head_offset(batch, head, stride_ob, stride_oh)
+    store_tile(o_base, out, rows, dims, stride_om, stride_od, seq_q, head_dim)
+
+    lse = tl.where(has_keys, (row_max + tl.math.log2(safe_sum)) * LN_2, float("-inf"))
+    tl.store(LSE + batch_head.to(tl.int64) * seq_q + rows, lse, mask=rows < seq_q)

@@ -1,0 +1,77 @@
+"""Argument checks for the public operators.
+
+Every check runs before anything is launched and raises ValueError/TypeError
+naming the argument and what was expected, so bad input never turns into a
+crash deep inside a kernel or into silent garbage.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+import torch
+
+DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+def check_tensor(name: str, t, rank: int = 4) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != rank:
+        raise ValueError(f"{name}: expected a rank-{rank} tensor (batch, heads, seqlen, head_dim), "
+                         f"got shape {tuple(t.shape)}")
+    if t.dtype not in DTYPE_NAMES:
+        names = ", ".join(str(d) for d in DTYPE_NAMES)
+        raise TypeError(f"{name}: expected dtype in ({names}), got {t.dtype}")
+
+
+def check_same(names_and_tensors: dict, what: str) -> None:
+    """All tensors agree on `what` ("dtype" or "device")."""
+    items = list(names_and_tensors.items())
+    first_name, first = items[0]
+    for name, t in items[1:]:
+        if getattr(t, what) != getattr(first, what):
+            raise ValueError(f"{name}: expected the same {what} as {first_name} "
+                             f"({getattr(first, what)}), got {getattr(t, what)}")
+
+
+def check_device(name: str, t: torch.Tensor, profile) -> None:
+    if t.device.type == profile.device:
+        return
+    if t.device.type == "cpu":
+        raise ValueError(f"{name}: tensor is on the CPU; the Triton kernels need a GPU tensor, "
+                         "or Triton's CPU interpreter (set TRITON_INTERPRET=1 before importing kernels)")
+    raise ValueError(f"{name}: tensor is on {t.device}, but the active backend {profile.key} "
+                     f"runs on {profile.device}")
+
+
+def check_head_dim(head_dim: int, profile) -> None:
+    if head_dim not in profile.head_dims:
+        dims = ", ".join(str(d) for d in profile.head_dims)
+        raise ValueError(f"q: head_dim {head_dim} is not supported on backend {profile.key}; "
+                         f"supported head dims: {dims}")
+
+
+def check_sm_scale(sm_scale) -> float:
+    if isinstance(sm_scale, torch.Tensor) or not isinstance(sm_scale, (int, float)):
+        raise TypeError(f"sm_scale: expected a Python float or None, got {type(sm_scale).__name__}")
+    if not math.isfinite(sm_scale):
+        raise ValueError(f"sm_scale: expected a finite number, got {sm_scale}")
+    return float(sm_scale)
+
+
+def check_attention_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    batch, heads, _, head_dim = q.shape
+    if k.shape[0] != batch or v.shape[0] != batch:
+        raise ValueError(f"k, v: expected batch size {batch} (from q), got {k.shape[0]} and {v.shape[0]}")
+    if k.shape != v.shape:
+        raise ValueError(f"v: expected the same shape as k {tuple(k.shape)}, got {tuple(v.shape)}")
+    if k.shape[3] != head_dim:
+        raise ValueError(f"k: expected head_dim {head_dim} (from q), got {k.shape[3]}")
+    kv_heads = k.shape[1]
+    if kv_heads == 0 or heads % kv_heads != 0:
+        raise ValueError(f"k: number of kv heads ({kv_heads}) must divide the number of "
+                         f"query heads ({heads})")
+
+
