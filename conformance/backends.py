@@ -83,10 +83,15 @@ class BackendProfile:
     def interpreted(self) -> bool:
         return self.name == "interpreter"
 
-    def launch_config(self, kernel: str, head_dim: int) -> LaunchConfig:
-        if kernel not in self.launch:
-            raise KeyError(f"profile {self.key} has no launch table for kernel {kernel!r}")
-        return self.launch[kernel].pick(head_dim)
+    def launch_config(self, kernel: str, head_dim: int, dtype: str = "fp16") -> LaunchConfig:
+        """Launch config of `kernel` for a (padded) head dim and input dtype name.
+
+        A table keyed `"{kernel}.{dtype}"` (e.g. `fwd.fp32`, whose tiles take twice
+        the shared memory) overrides the kernel's general table."""
+        for key in (f"{kernel}.{dtype}", kernel):
+            if key in self.launch:
+                return self.launch[key].pick(head_dim)
+        raise KeyError(f"profile {self.key} has no launch table for kernel {kernel!r}")
 
     def unsupported_reason(self, dtype: str, head_dim: int) -> str | None:
         """Why this backend cannot run a case, or None if it can."""
@@ -144,6 +149,11 @@ _CUDA_LAUNCH = {
         (64, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
         (128, LaunchConfig(64, 64, num_warps=8, num_stages=2)),
     ),
+    # fp32 tiles are twice as large: smaller blocks keep them within the 99 KB of
+    # shared memory that sm_86/sm_89 offer a block (sm_80/sm_90 have more).
+    "fwd.fp32": _table((128, LaunchConfig(64, 32, num_warps=4, num_stages=2))),
+    "bwd_dkdv.fp32": _table((128, LaunchConfig(32, 32, num_warps=4, num_stages=1))),
+    "bwd_dq.fp32": _table((128, LaunchConfig(32, 32, num_warps=4, num_stages=1))),
 }
 
 

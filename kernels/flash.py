@@ -17,6 +17,7 @@ from kernels.allocation import new_output
 from kernels.flash_backward import delta_kernel, dkdv_kernel, dq_kernel
 from kernels.flash_forward import flash_forward_kernel
 from kernels.validation import (
+    DTYPE_NAMES,
     check_attention_shapes,
     check_device,
     check_head_dim,
@@ -31,8 +32,8 @@ def _padded_head_dim(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
-def _launch_kwargs(kernel: str, block_d: int) -> dict:
-    cfg = active_profile().launch_config(kernel, block_d)
+def _launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype) -> dict:
+    cfg = active_profile().launch_config(kernel, block_d, DTYPE_NAMES[dtype])
     return dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
@@ -47,7 +48,7 @@ def _forward(q, k, v, causal: bool, sm_scale: float):
     if seq_k == 0:  # nothing to attend to: every row is empty
         return out.zero_(), lse.fill_(float("-inf"))
     block_d = _padded_head_dim(head_dim)
-    launch = _launch_kwargs("fwd", block_d)
+    launch = _launch_kwargs("fwd", block_d, q.dtype)
     grid = (triton.cdiv(seq_q, launch["BLOCK_M"]), batch * heads)
     flash_forward_kernel[grid](
         q, k, v, out, lse, sm_scale,
@@ -72,7 +73,7 @@ def _backward(q, k, v, out, lse, do, causal: bool, sm_scale: float):
     common = (heads, seq_q, head_dim)
 
     delta = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
-    pre = _launch_kwargs("bwd_preprocess", block_d)
+    pre = _launch_kwargs("bwd_preprocess", block_d, q.dtype)
     delta_kernel[(triton.cdiv(seq_q, pre["BLOCK_M"]), batch * heads)](
         out, do, delta, *out.stride(), *do.stride(), *common,
         BLOCK_M=pre["BLOCK_M"], BLOCK_D=block_d, num_warps=pre["num_warps"],
@@ -81,14 +82,14 @@ def _backward(q, k, v, out, lse, do, causal: bool, sm_scale: float):
     group = heads // kv_heads
     shapes = (seq_q, seq_k, head_dim)
     inputs = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    dkdv = _launch_kwargs("bwd_dkdv", block_d)
+    dkdv = _launch_kwargs("bwd_dkdv", block_d, q.dtype)
     dkdv_kernel[(triton.cdiv(seq_k, dkdv["BLOCK_N"]), batch * kv_heads)](
         q, k, v, do, lse, delta, dk, dv, sm_scale,
         *inputs, *dk.stride(), *dv.stride(),
         heads, kv_heads, group, *shapes,
         CAUSAL=causal, BLOCK_D=block_d, UPCAST_BF16=upcast, **dkdv,
     )
-    dqk = _launch_kwargs("bwd_dq", block_d)
+    dqk = _launch_kwargs("bwd_dq", block_d, q.dtype)
     dq_kernel[(triton.cdiv(seq_q, dqk["BLOCK_M"]), batch * heads)](
         q, k, v, do, lse, delta, dq, sm_scale,
         *inputs, *dq.stride(),
