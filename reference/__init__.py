@@ -1,0 +1,11 @@
+"""The fp32 reference and the same-precision torch path for attention.
+
+``attention_forward`` / ``attention_backward`` run one chunked, memory-bounded algorithm at a
+declared :class:`Precision`: ``REFERENCE`` (float64 throughout) or ``MATCHED`` (what a fused
+FlashAttention kernel does: input-dtype matmul operands, fp32 accumulation and softmax).
+"""
+
+from .attention import attention_backward, attention_forward
+from .precision import MATCHED, REFERENCE, Precision
+
+__all__ = ["Precision", "REFERENCE", "MATCHED", "attention_forward", "attention_backward"]
