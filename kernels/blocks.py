@@ -33,11 +33,12 @@ def load_tile(base, rows, cols, stride_row, stride_col, n_rows, n_cols):
 
 
 @triton.jit
-def store_tile(base, tile, rows, cols, stride_row, stride_col, n_rows, n_cols):
-    """Store tile to base[rows, cols], cast to the destination dtype, skipping padding."""
+def store_tile(base, tile, rows, cols, stride_row, stride_col, n_rows, n_cols,
+               EMULATE_BF16: tl.constexpr):
+    """Store tile to base[rows, cols], rounded to the destination dtype, skipping padding."""
     ptrs = base + rows[:, None] * stride_row + cols[None, :] * stride_col
     in_range = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-    tl.store(ptrs, tile.to(base.dtype.element_ty), mask=in_range)
+    tl.store(ptrs, narrow(tile, base.dtype.element_ty, EMULATE_BF16), mask=in_range)
 
 
 @triton.jit
@@ -47,16 +48,34 @@ def load_row_stat(base, rows, n_rows, missing):
 
 
 @triton.jit
-def mma(a, b, acc, UPCAST_BF16: tl.constexpr):
+def narrow(x, dtype: tl.constexpr, EMULATE_BF16: tl.constexpr):
+    """Round fp32 x to `dtype` to nearest, ties to even (what GPUs' cvt.rn does).
+
+    EMULATE_BF16 works around Triton's CPU interpreter, whose fp32 -> bf16 cast
+    truncates (rounds toward zero; measured in triton 3.9): the bias of always
+    rounding probabilities down adds up over a row and doubles the error of
+    dV.  Rounding in integer arithmetic first makes the value exactly
+    representable, so the interpreter's cast no longer changes it.
+    """
+    if EMULATE_BF16:
+        if dtype == tl.bfloat16:
+            bits = x.to(tl.uint32, bitcast=True)
+            bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+            x = bits.to(tl.float32, bitcast=True)
+    return x.to(dtype)
+
+
+@triton.jit
+def mma(a, b, acc, EMULATE_BF16: tl.constexpr):
     """acc + a @ b, accumulated in fp32.
 
-    UPCAST_BF16 works around Triton's CPU interpreter, whose tl.dot is wrong on
+    EMULATE_BF16 works around Triton's CPU interpreter, whose tl.dot is wrong on
     bf16 operands.  Casting bf16 to fp32 first is numerically faithful: a product
     of two bf16 values (8-bit significands) is exact in fp32, and the sum is fp32
     either way.  fp32 operands use "ieee" so a float32 kernel is really float32,
     not tf32.
     """
-    if UPCAST_BF16:
+    if EMULATE_BF16:
         if a.dtype == tl.bfloat16:
             a = a.to(tl.float32)
         if b.dtype == tl.bfloat16:
@@ -100,28 +119,28 @@ def causal_query_start(col_start, seq_q, seq_k, BLOCK_M: tl.constexpr, CAUSAL: t
 
 
 @triton.jit
-def scores(q, k, qk_scale, UPCAST_BF16: tl.constexpr):
+def scores(q, k, qk_scale, EMULATE_BF16: tl.constexpr):
     """Base-2 scores (q @ k^T) * sm_scale * log2(e) of a [M, D] and an [N, D] tile, fp32."""
     zero = tl.zeros((q.shape[0], k.shape[0]), dtype=tl.float32)
-    return mma(q, tl.trans(k), zero, UPCAST_BF16) * qk_scale
+    return mma(q, tl.trans(k), zero, EMULATE_BF16) * qk_scale
 
 
 @triton.jit
 def recomputed_probabilities(q, k, lse2, rows, cols, seq_q, seq_k, qk_scale,
-                             CAUSAL: tl.constexpr, UPCAST_BF16: tl.constexpr):
+                             CAUSAL: tl.constexpr, EMULATE_BF16: tl.constexpr):
     """Normalised attention probabilities of a tile, rebuilt from the stored
     base-2 log-normalizer `lse2` (backward pass).  Invisible pairs are exactly 0.
     Rows without any visible key carry lse2 = +inf, which also yields 0."""
-    s = scores(q, k, qk_scale, UPCAST_BF16)
+    s = scores(q, k, qk_scale, EMULATE_BF16)
     p = tl.math.exp2(s - lse2[:, None])
     return tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), p, 0.0)
 
 
 @triton.jit
-def score_gradient(p, do, v, delta, UPCAST_BF16: tl.constexpr):
+def score_gradient(p, do, v, delta, EMULATE_BF16: tl.constexpr):
     """dS = P * (dO @ V^T - delta), fp32: the softmax backward of one tile."""
     zero = tl.zeros((do.shape[0], v.shape[0]), dtype=tl.float32)
-    dp = mma(do, tl.trans(v), zero, UPCAST_BF16)
+    dp = mma(do, tl.trans(v), zero, EMULATE_BF16)
     return p * (dp - delta[:, None])
 
 

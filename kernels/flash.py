@@ -55,7 +55,7 @@ def _forward(q, k, v, causal: bool, sm_scale: float):
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         heads, heads // kv_heads, seq_q, seq_k, head_dim,
         CAUSAL=causal, BLOCK_D=block_d,
-        UPCAST_BF16=active_profile().upcast_bf16_dot, **launch,
+        EMULATE_BF16=active_profile().emulate_bf16, **launch,
     )
     return out, lse
 
@@ -69,7 +69,7 @@ def _backward(q, k, v, out, lse, do, causal: bool, sm_scale: float):
     if seq_q == 0 or seq_k == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     block_d = _padded_head_dim(head_dim)
-    upcast = active_profile().upcast_bf16_dot
+    emulate = active_profile().emulate_bf16
     common = (heads, seq_q, head_dim)
 
     delta = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
@@ -87,14 +87,14 @@ def _backward(q, k, v, out, lse, do, causal: bool, sm_scale: float):
         q, k, v, do, lse, delta, dk, dv, sm_scale,
         *inputs, *dk.stride(), *dv.stride(),
         heads, kv_heads, group, *shapes,
-        CAUSAL=causal, BLOCK_D=block_d, UPCAST_BF16=upcast, **dkdv,
+        CAUSAL=causal, BLOCK_D=block_d, EMULATE_BF16=emulate, **dkdv,
     )
     dqk = _launch_kwargs("bwd_dq", block_d, q.dtype)
     dq_kernel[(triton.cdiv(seq_q, dqk["BLOCK_M"]), batch * heads)](
         q, k, v, do, lse, delta, dq, sm_scale,
         *inputs, *dq.stride(),
         heads, group, *shapes,
-        CAUSAL=causal, BLOCK_D=block_d, UPCAST_BF16=upcast, **dqk,
+        CAUSAL=causal, BLOCK_D=block_d, EMULATE_BF16=emulate, **dqk,
     )
     return dq, dk, dv
 

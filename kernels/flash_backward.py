@@ -27,6 +27,7 @@ from kernels.blocks import (
     load_row_stat,
     load_tile,
     mma,
+    narrow,
     recomputed_probabilities,
     score_gradient,
     store_tile,
@@ -68,7 +69,7 @@ def dkdv_kernel(
     num_heads, num_kv_heads, group_size, seq_q, seq_k, head_dim,
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    UPCAST_BF16: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
 ):
     block_n = tl.program_id(0)
     batch_kv_head = tl.program_id(1)
@@ -99,16 +100,16 @@ def dkdv_kernel(
             delta = load_row_stat(DELTA + stats, rows, seq_q, 0.0)
 
             p = recomputed_probabilities(q, k, lse2, rows, cols, seq_q, seq_k, qk_scale,
-                                         CAUSAL, UPCAST_BF16)
-            dv = mma(tl.trans(p.to(do.dtype)), do, dv, UPCAST_BF16)
-            ds = score_gradient(p, do, v, delta, UPCAST_BF16)
+                                         CAUSAL, EMULATE_BF16)
+            dv = mma(tl.trans(narrow(p, do.dtype, EMULATE_BF16)), do, dv, EMULATE_BF16)
+            ds = score_gradient(p, do, v, delta, EMULATE_BF16)
             # dS is rounded to the input dtype for the product, like P in the forward.
-            dk = mma(tl.trans(ds.to(q.dtype)), q, dk, UPCAST_BF16)
+            dk = mma(tl.trans(narrow(ds, q.dtype, EMULATE_BF16)), q, dk, EMULATE_BF16)
 
     store_tile(DK + head_offset(batch, kv_head, stride_dkb, stride_dkh),
-               dk * sm_scale, cols, dims, stride_dkn, stride_dkd, seq_k, head_dim)
+               dk * sm_scale, cols, dims, stride_dkn, stride_dkd, seq_k, head_dim, EMULATE_BF16)
     store_tile(DV + head_offset(batch, kv_head, stride_dvb, stride_dvh),
-               dv, cols, dims, stride_dvn, stride_dvd, seq_k, head_dim)
+               dv, cols, dims, stride_dvn, stride_dvd, seq_k, head_dim, EMULATE_BF16)
 
 
 @triton.jit
@@ -123,7 +124,7 @@ def dq_kernel(
     num_heads, group_size, seq_q, seq_k, head_dim,
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    UPCAST_BF16: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
 ):
     block_m = tl.program_id(0)
     batch_head = tl.program_id(1)
@@ -151,9 +152,9 @@ def dq_kernel(
         k = load_tile(k_base, cols, dims, stride_kn, stride_kd, seq_k, head_dim)
         v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
         p = recomputed_probabilities(q, k, lse2, rows, cols, seq_q, seq_k, qk_scale,
-                                     CAUSAL, UPCAST_BF16)
-        ds = score_gradient(p, do, v, delta, UPCAST_BF16)
-        dq = mma(ds.to(k.dtype), k, dq, UPCAST_BF16)
+                                     CAUSAL, EMULATE_BF16)
+        ds = score_gradient(p, do, v, delta, EMULATE_BF16)
+        dq = mma(narrow(ds, k.dtype, EMULATE_BF16), k, dq, EMULATE_BF16)
 
     store_tile(DQ + head_offset(batch, head, stride_dqb, stride_dqh),
-               dq * sm_scale, rows, dims, stride_dqm, stride_dqd, seq_q, head_dim)
+               dq * sm_scale, rows, dims, stride_dqm, stride_dqd, seq_q, head_dim, EMULATE_BF16)

@@ -17,6 +17,7 @@ from kernels.blocks import (
     head_offset,
     load_tile,
     mma,
+    narrow,
     scores,
     store_tile,
     visible,
@@ -34,7 +35,7 @@ def flash_forward_kernel(
     num_heads, group_size, seq_q, seq_k, head_dim,
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    UPCAST_BF16: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
 ):
     block_m = tl.program_id(0)
     batch_head = tl.program_id(1)
@@ -59,7 +60,7 @@ def flash_forward_kernel(
     for key_start in range(0, key_end, BLOCK_N):
         cols = key_start + tl.arange(0, BLOCK_N)
         k = load_tile(k_base, cols, dims, stride_kn, stride_kd, seq_k, head_dim)
-        s = scores(q, k, qk_scale, UPCAST_BF16)
+        s = scores(q, k, qk_scale, EMULATE_BF16)
         s = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), s, float("-inf"))
 
         new_max = tl.maximum(row_max, tl.max(s, 1))
@@ -73,14 +74,14 @@ def flash_forward_kernel(
         v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
         # P is rounded to the input dtype for the tensor-core product, as in
         # every fused attention kernel; the accumulator stays fp32.
-        acc = mma(p.to(v.dtype), v, acc * rescale[:, None], UPCAST_BF16)
+        acc = mma(narrow(p, v.dtype, EMULATE_BF16), v, acc * rescale[:, None], EMULATE_BF16)
         row_max = new_max
 
     has_keys = row_sum > 0.0
     safe_sum = tl.where(has_keys, row_sum, 1.0)
     out = acc / safe_sum[:, None]
     o_base = O + head_offset(batch, head, stride_ob, stride_oh)
-    store_tile(o_base, out, rows, dims, stride_om, stride_od, seq_q, head_dim)
+    store_tile(o_base, out, rows, dims, stride_om, stride_od, seq_q, head_dim, EMULATE_BF16)
 
     lse = tl.where(has_keys, (row_max + tl.math.log2(safe_sum)) * LN_2, float("-inf"))
     tl.store(LSE + batch_head.to(tl.int64) * seq_q + rows, lse, mask=rows < seq_q)

@@ -93,6 +93,7 @@ def test_forward_is_bitwise_deterministic():
     assert torch.equal(first, kernels.flash_attention(q, k, v, causal=True))
 
 
-def test_interpreter_profile_documents_its_bf16_workaround():
-    assert INTERPRETER.upcast_bf16_dot
-    assert any("bf16" in note for note in INTERPRETER.notes)
+def test_interpreter_profile_documents_its_bf16_workarounds():
+    assert INTERPRETER.emulate_bf16
+    assert any("tl.dot on bf16" in note for note in INTERPRETER.notes)
+    assert any("truncation" in note for note in INTERPRETER.notes)
