@@ -119,10 +119,16 @@ def causal_query_start(col_start, seq_q, seq_k, BLOCK_M: tl.constexpr, CAUSAL: t
 
 
 @triton.jit
-def scores(q, k, qk_scale, EMULATE_BF16: tl.constexpr):
-    """Base-2 scores (q @ k^T) * sm_scale * log2(e) of a [M, D] and an [N, D] tile, fp32."""
+def raw_scores(q, k, EMULATE_BF16: tl.constexpr):
+    """Unscaled scores q @ k^T of a [M, D] and an [N, D] tile, fp32."""
     zero = tl.zeros((q.shape[0], k.shape[0]), dtype=tl.float32)
-    return mma(q, tl.trans(k), zero, EMULATE_BF16) * qk_scale
+    return mma(q, tl.trans(k), zero, EMULATE_BF16)
+
+
+@triton.jit
+def scores(q, k, qk_scale, EMULATE_BF16: tl.constexpr):
+    """Base-2 scores (q @ k^T) * sm_scale * log2(e), fp32."""
+    return raw_scores(q, k, EMULATE_BF16) * qk_scale
 
 
 @triton.jit

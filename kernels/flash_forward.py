@@ -11,14 +11,13 @@ import triton
 import triton.language as tl
 
 from kernels.blocks import (
-    LN_2,
     LOG2_E,
     causal_key_end,
     head_offset,
     load_tile,
     mma,
     narrow,
-    scores,
+    raw_scores,
     store_tile,
     visible,
 )
@@ -60,21 +59,26 @@ def flash_forward_kernel(
     for key_start in range(0, key_end, BLOCK_N):
         cols = key_start + tl.arange(0, BLOCK_N)
         k = load_tile(k_base, cols, dims, stride_kn, stride_kd, seq_k, head_dim)
-        s = scores(q, k, qk_scale, EMULATE_BF16)
+        # The running max is kept on *unscaled* scores and the scale applied to
+        # (s - max): that difference is exact or nearly so for the entries that
+        # dominate the row, whereas scaling first rounds every score relative to
+        # its full magnitude.  This keeps lse as accurate as torch's logsumexp.
+        s = raw_scores(q, k, EMULATE_BF16)
         s = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), s, float("-inf"))
 
         new_max = tl.maximum(row_max, tl.max(s, 1))
         # A row that has seen only masked keys so far has max -inf; exponentiate
         # against 0 instead so exp2(-inf - -inf) never produces NaN.
         safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
-        p = tl.math.exp2(s - safe_max[:, None])
-        rescale = tl.math.exp2(row_max - safe_max)
+        p = tl.math.exp2((s - safe_max[:, None]) * qk_scale)
+        rescale = tl.math.exp2((row_max - safe_max) * qk_scale)
         row_sum = row_sum * rescale + tl.sum(p, 1)
 
         v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
         # P is rounded to the input dtype for the tensor-core product, as in
         # every fused attention kernel; the accumulator stays fp32.
-        acc = mma(narrow(p, v.dtype, EMULATE_BF16), v, acc * rescale[:, None], EMULATE_BF16)
+        p_low = narrow(p, v.dtype, EMULATE_BF16)
+        acc = mma(p_low, v, acc * rescale[:, None], EMULATE_BF16)
         row_max = new_max
 
     has_keys = row_sum > 0.0
@@ -83,5 +87,5 @@ def flash_forward_kernel(
     o_base = O + head_offset(batch, head, stride_ob, stride_oh)
     store_tile(o_base, out, rows, dims, stride_om, stride_od, seq_q, head_dim, EMULATE_BF16)
 
-    lse = tl.where(has_keys, (row_max + tl.math.log2(safe_sum)) * LN_2, float("-inf"))
+    lse = tl.where(has_keys, row_max * sm_scale + tl.math.log(safe_sum), float("-inf"))
     tl.store(LSE + batch_head.to(tl.int64) * seq_q + rows, lse, mask=rows < seq_q)

@@ -56,8 +56,10 @@ def check_head_dim(head_dim: int, profile) -> None:
 def check_sm_scale(sm_scale) -> float:
     if isinstance(sm_scale, torch.Tensor) or not isinstance(sm_scale, (int, float)):
         raise TypeError(f"sm_scale: expected a Python float or None, got {type(sm_scale).__name__}")
-    if not math.isfinite(sm_scale):
-        raise ValueError(f"sm_scale: expected a finite number, got {sm_scale}")
+    # The online softmax tracks the running max of unscaled scores, which is the
+    # max of the scaled ones only for a positive scale.
+    if not math.isfinite(sm_scale) or sm_scale <= 0:
+        raise ValueError(f"sm_scale: expected a finite positive number, got {sm_scale}")
     return float(sm_scale)
 
 

@@ -46,9 +46,9 @@ def test_unsupported_head_dim_lists_supported_ones():
         kernels.flash_attention(q, k, v)
 
 
-@pytest.mark.parametrize("scale", [float("nan"), float("inf")])
-def test_non_finite_sm_scale_is_rejected(scale):
-    with pytest.raises(ValueError, match="sm_scale: expected a finite number"):
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), 0.0, -0.125])
+def test_non_finite_or_non_positive_sm_scale_is_rejected(scale):
+    with pytest.raises(ValueError, match="sm_scale: expected a finite positive number"):
         kernels.flash_attention(*qkv(), sm_scale=scale)
 
 

@@ -1,0 +1,7 @@
+"""`python -m conformance`: see conformance/cli.py."""
+
+import sys
+
+from conformance.cli import main
+
+sys.exit(main())

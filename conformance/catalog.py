@@ -1,0 +1,277 @@
+"""The case catalog: what a conformance run checks, as data.
+
+A `Case` is one operator call in one direction at one dtype, head dim, mask and
+shape, with one input seed. Its `id` is stable across runs, machines and versions
+(reports, diffs and reproducers key on it) and parses back with `Case.from_id`:
+
+    flash_attention.bwd[bf16,d128,causal,B2,H8,Hkv2,Sq509,Sk1024,seed0]
+    flash_attention.fwd[fp16,d64,noncausal,B1,H2,Hkv2,Sq77,Sk133,lse,seed0]
+
+Tiers are data too: a tier is a list of grids (axis -> values) expanded by
+Cartesian product, deduplicated, in first-seen order. Adding coverage means
+adding a grid line, not code.
+
+This module must not import torch: `python -m conformance list` stays instant.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import asdict, dataclass
+from typing import Mapping, Sequence
+
+OPS = ("flash_attention",)
+DIRECTIONS = ("fwd", "bwd")
+DTYPES = ("fp16", "bf16", "fp32")
+
+# Optional boolean features, in the order their tokens appear in an id (after Sk,
+# before seed). A feature is a bool field of `Case` with the same name; append new
+# ones (dropout, total, ...) at the end so existing ids never change.
+FEATURES = ("lse",)
+
+EXAMPLE_ID = "flash_attention.bwd[bf16,d128,causal,B2,H8,Hkv2,Sq509,Sk1024,seed0]"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One catalog entry. `lse`: the forward also returns the log-sum-exp."""
+
+    op: str
+    direction: str
+    dtype: str
+    head_dim: int
+    causal: bool
+    batch: int
+    heads: int
+    kv_heads: int
+    seq_q: int
+    seq_k: int
+    seed: int = 0
+    lse: bool = False
+
+    def __post_init__(self):
+        problem = _validation_problem(self)
+        if problem:
+            raise ValueError(f"invalid case: {problem}")
+
+    @property
+    def id(self) -> str:
+        """The stable, human-readable identity, e.g. `EXAMPLE_ID`."""
+        return self._tokens_text()
+
+    @property
+    def data_key(self) -> str:
+        """The id without its seed: together with the seed it determines the inputs,
+        so two shapes never share data while one shape's seeds stay comparable."""
+        return self._tokens_text(with_seed=False)
+
+    def _tokens_text(self, with_seed: bool = True) -> str:
+        tokens = [
+            self.dtype,
+            f"d{self.head_dim}",
+            "causal" if self.causal else "noncausal",
+            f"B{self.batch}",
+            f"H{self.heads}",
+            f"Hkv{self.kv_heads}",
+            f"Sq{self.seq_q}",
+            f"Sk{self.seq_k}",
+        ]
+        tokens += [feature for feature in FEATURES if getattr(self, feature)]
+        if with_seed:
+            tokens.append(f"seed{self.seed}")
+        return f"{self.op}.{self.direction}[{','.join(tokens)}]"
+
+    @classmethod
+    def from_id(cls, text: str) -> "Case":
+        """Parse an id produced by `Case.id`; ValueError (one line) if malformed."""
+        try:
+            case = cls(**_parse_id(text))
+        except ValueError as exc:
+            raise ValueError(f"malformed case id {text!r}: {exc} (expected e.g. {EXAMPLE_ID})") from None
+        if case.id != text:
+            raise ValueError(f"malformed case id {text!r}: not in canonical form, which is {case.id!r}")
+        return case
+
+    def fields(self) -> dict:
+        """The case's fields as a plain dict (for results lines)."""
+        return asdict(self)
+
+    def unsupported_reason(self, profile) -> str | None:
+        """Why `profile`'s backend cannot run this case, or None if it can."""
+        return profile.unsupported_reason(self.dtype, self.head_dim)
+
+
+def _validation_problem(case: Case) -> str | None:
+    if case.op not in OPS:
+        return f"unknown op {case.op!r} (known: {', '.join(OPS)})"
+    if case.direction not in DIRECTIONS:
+        return f"direction must be one of {', '.join(DIRECTIONS)}, got {case.direction!r}"
+    if case.dtype not in DTYPES:
+        return f"dtype must be one of {', '.join(DTYPES)}, got {case.dtype!r}"
+    sizes = ("head_dim", "batch", "heads", "kv_heads", "seq_q", "seq_k")
+    for name in sizes:
+        value = getattr(case, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            return f"{name} must be a positive int, got {value!r}"
+    if not isinstance(case.seed, int) or case.seed < 0:
+        return f"seed must be a non-negative int, got {case.seed!r}"
+    if case.heads % case.kv_heads:
+        return f"kv_heads ({case.kv_heads}) must divide heads ({case.heads})"
+    if case.lse and case.direction != "fwd":
+        return "lse (return_log_normalizer) is a forward-only feature"
+    return None
+
+
+_ID = re.compile(r"(?P<op>\w+)\.(?P<direction>\w+)\[(?P<body>[^\[\]]*)\]")
+
+# The fixed leading tokens of an id body: field name, token pattern, converter.
+_FIXED_TOKENS = (
+    ("dtype", r"(\w+)", str),
+    ("head_dim", r"d(\d+)", int),
+    ("causal", r"(causal|noncausal)", lambda word: word == "causal"),
+    ("batch", r"B(\d+)", int),
+    ("heads", r"H(\d+)", int),
+    ("kv_heads", r"Hkv(\d+)", int),
+    ("seq_q", r"Sq(\d+)", int),
+    ("seq_k", r"Sk(\d+)", int),
+)
+_SEED = re.compile(r"seed(\d+)")
+
+
+def _parse_id(text: str) -> dict:
+    match = _ID.fullmatch(text.strip()) if isinstance(text, str) else None
+    if not match:
+        raise ValueError("expected op.direction[tokens]")
+    tokens = match["body"].split(",")
+    if len(tokens) < len(_FIXED_TOKENS) + 1:
+        raise ValueError(f"expected at least {len(_FIXED_TOKENS) + 1} comma-separated tokens, got {len(tokens)}")
+    fields = {"op": match["op"], "direction": match["direction"]}
+    for (name, pattern, convert), token in zip(_FIXED_TOKENS, tokens):
+        token_match = re.fullmatch(pattern, token)
+        if not token_match:
+            raise ValueError(f"token {token!r} is not a valid {name}")
+        fields[name] = convert(token_match[1])
+    *feature_tokens, seed_token = tokens[len(_FIXED_TOKENS):]
+    for token in feature_tokens:
+        if token not in FEATURES:
+            raise ValueError(f"unknown feature token {token!r} (known: {', '.join(FEATURES)})")
+        fields[token] = True
+    seed_match = _SEED.fullmatch(seed_token)
+    if not seed_match:
+        raise ValueError(f"last token must be seedN, got {seed_token!r}")
+    fields["seed"] = int(seed_match[1])
+    return fields
+
+
+# ---------------------------------------------------------------------------
+# Tiers
+#
+# A grid maps axis -> values. Axes are Case fields, except "shape", whose values
+# are (batch, heads, kv_heads, seq_q, seq_k) tuples. Omitted axes take
+# GRID_DEFAULTS.
+
+Grid = Mapping[str, Sequence]
+GRID_DEFAULTS: Grid = {"op": ("flash_attention",), "seed": (0,), "lse": (False,)}
+_SHAPE_FIELDS = ("batch", "heads", "kv_heads", "seq_q", "seq_k")
+_GRID_AXES = frozenset(GRID_DEFAULTS) | {"direction", "dtype", "head_dim", "causal", "shape"}
+
+BOTH_DIRECTIONS = ("fwd", "bwd")
+HALF_DTYPES = ("fp16", "bf16")
+CAUSAL_BOTH = (False, True)
+
+# Smoke: Triton's CPU interpreter on a 2-core CI machine. Tiny shapes; 128 = two
+# 64-wide interpreter blocks each way, so causal diagonals cross block borders.
+SMOKE: tuple[Grid, ...] = (
+    # every direction x half dtype x mask, at a small and a large-ish head dim
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(16, 64), causal=CAUSAL_BOTH,
+         shape=[(1, 2, 2, 128, 128)]),
+    # ragged: Sq != Sk with partial last blocks; Sq > Sk causal leaves rows with no key
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(64,), causal=CAUSAL_BOTH,
+         shape=[(1, 2, 2, 77, 133), (1, 2, 2, 130, 61)]),
+    # GQA 4:1 with batch 2 (batch and head strides)
+    dict(direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(32,), causal=(True,),
+         shape=[(2, 4, 1, 96, 96)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp32",), head_dim=(16,), causal=(False,),
+         shape=[(1, 2, 2, 128, 128)]),
+    # log-sum-exp output, including its -inf on empty rows
+    dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(64,), causal=(True,), lse=(True,),
+         shape=[(1, 2, 2, 130, 61)]),
+)
+
+# Standard: the GPU default. Ragged lengths (509, 1000), GQA, Sq != Sk both ways
+# (Sq > Sk causal has empty rows) and a single-query decode shape.
+STANDARD_SHAPES = [
+    (2, 8, 8, 128, 128),
+    (1, 8, 8, 509, 509),
+    (2, 4, 2, 1000, 1000),
+    (1, 8, 2, 509, 1024),
+    (1, 4, 4, 1024, 509),
+    (1, 16, 16, 2048, 2048),
+    (2, 8, 2, 1, 1000),
+]
+STANDARD: tuple[Grid, ...] = (
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(16, 32, 64, 128), causal=CAUSAL_BOTH,
+         shape=STANDARD_SHAPES),
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp32",), head_dim=(64, 128), causal=CAUSAL_BOTH,
+         shape=[(2, 8, 8, 128, 128), (1, 8, 2, 509, 1024)]),
+    dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH, lse=(True,),
+         shape=[(1, 8, 2, 509, 1024), (1, 4, 4, 1024, 509)]),
+)
+
+# Long sequences, where the reference must be chunked and accumulation errors grow.
+LONG: tuple[Grid, ...] = (
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH,
+         shape=[(1, 16, 16, seq, seq) for seq in (4096, 8192, 16384, 32768)]),
+)
+
+TIERS: dict[str, tuple[Grid, ...]] = {
+    "smoke": SMOKE,
+    "standard": STANDARD,
+    "full": STANDARD + LONG,
+}
+
+
+def expand_grid(grid: Grid) -> list[Case]:
+    """All cases of one grid, in product order (last axis varies fastest)."""
+    unknown = set(grid) - _GRID_AXES
+    if unknown:
+        raise ValueError(f"unknown grid axes {sorted(unknown)}; known: {sorted(_GRID_AXES)}")
+    axes = {**GRID_DEFAULTS, **grid}
+    expanded = []
+    for combination in itertools.product(*axes.values()):
+        values = dict(zip(axes, combination))
+        values.update(zip(_SHAPE_FIELDS, values.pop("shape")))
+        expanded.append(Case(**values))
+    return expanded
+
+
+def expand_tier(grids: Sequence[Grid]) -> list[Case]:
+    """Cases of all grids, duplicates dropped, in first-seen order."""
+    unique = {}
+    for grid in grids:
+        for case in expand_grid(grid):
+            unique.setdefault(case.id, case)
+    return list(unique.values())
+
+
+def cases(tier: str) -> list[Case]:
+    """The cases of a named tier (see `TIERS`); ValueError for an unknown name."""
+    if tier not in TIERS:
+        raise ValueError(f"unknown tier {tier!r}; known tiers: {', '.join(TIERS)}")
+    return expand_tier(TIERS[tier])
+
+
+def resolve_tier(tier: str, profile) -> str:
+    """`auto` means the profile's default tier; any other name is returned as is."""
+    return profile.default_tier if tier == "auto" else tier
+
+
+def select(tier: str, case_ids, profile) -> tuple[str, list[Case]]:
+    """What a run checks: the given case ids if any (tier ignored), else the tier's
+    cases. Returns (label for env.json, cases); ValueError on a bad tier or id."""
+    if case_ids:
+        selected = [Case.from_id(case_id) for case_id in case_ids]
+        return "cases", list({case.id: case for case in selected}.values())
+    name = resolve_tier(tier, profile)
+    return name, cases(name)

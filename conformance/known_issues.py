@@ -1,0 +1,142 @@
+"""The known-issue registry: `known_issues.toml` read, validated and matched.
+
+An entry scopes a known failure (backend, arch, Triton version range, operator,
+direction, dtype, head dim, mask, implementation). The runner asks `match()` for
+every case it launched and converts the rule's verdict with `apply_known_issue()`:
+failing cases become `xfail`, passing ones `xpass` (which fails the run, so a
+stale entry cannot linger). The file format is documented in the file itself.
+
+Validation is strict on purpose: a misspelt scope key silently ignored would
+widen the entry to every case and hide real failures.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from conformance import verdicts
+from conformance.catalog import Case
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+DEFAULT_REGISTRY = Path(__file__).with_name("known_issues.toml")
+
+_ENTRY_KEYS = {"id", "description", "reason", "scope"}
+# Scope fields compared against a case's own fields.
+_CASE_SCOPE = ("op", "direction", "dtype", "head_dim", "causal")
+_SCOPE_KEYS = {"backend", "arch", "triton", "implementation", *_CASE_SCOPE}
+
+
+@dataclass(frozen=True)
+class KnownIssue:
+    """One registry entry. `scope` maps a field to its allowed values (a tuple);
+    `triton` is a PEP 440 specifier set or None (any version)."""
+
+    id: str
+    description: str
+    reason: str
+    scope: dict
+    triton: SpecifierSet | None = None
+
+    def matches(self, case: Case, profile, triton_version: str | None,
+                implementation: str | None = None) -> bool:
+        """True iff every scope field of this entry admits the given run and case."""
+        if "backend" in self.scope and not ({profile.name, profile.key} & set(self.scope["backend"])):
+            return False
+        if "arch" in self.scope and profile.arch not in self.scope["arch"]:
+            return False
+        if "implementation" in self.scope and implementation not in self.scope["implementation"]:
+            return False
+        if any(name in self.scope and getattr(case, name) not in self.scope[name] for name in _CASE_SCOPE):
+            return False
+        return self.triton is None or _version_in(triton_version, self.triton)
+
+    def record(self) -> dict:
+        """The entry as stored in a results line."""
+        scope = {name: list(values) for name, values in self.scope.items()}
+        if self.triton is not None:
+            scope["triton"] = str(self.triton)
+        return {"id": self.id, "description": self.description, "reason": self.reason, "scope": scope}
+
+
+def _version_in(version: str | None, specifiers: SpecifierSet) -> bool:
+    if version is None:
+        return False
+    try:
+        return specifiers.contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        return False
+
+
+def _entry_from_toml(raw: dict, where: str) -> KnownIssue:
+    label = f"{where}: entry {raw.get('id', '?')!r}"
+    unknown = set(raw) - _ENTRY_KEYS
+    if unknown:
+        raise ValueError(f"{label}: unknown keys {sorted(unknown)} (allowed: {sorted(_ENTRY_KEYS)})")
+    for key in ("id", "description", "reason"):
+        if not isinstance(raw.get(key), str) or not raw[key].strip():
+            raise ValueError(f"{label}: {key!r} must be a non-empty string")
+    raw_scope = dict(raw.get("scope", {}))
+    unknown = set(raw_scope) - _SCOPE_KEYS
+    if unknown:
+        raise ValueError(f"{label}: unknown scope keys {sorted(unknown)} (allowed: {sorted(_SCOPE_KEYS)})")
+    triton = None
+    if "triton" in raw_scope:
+        try:
+            triton = SpecifierSet(raw_scope.pop("triton"))
+        except (InvalidSpecifier, TypeError) as exc:
+            raise ValueError(f"{label}: bad triton version range: {exc}") from None
+    scope = {name: tuple(value) if isinstance(value, list) else (value,) for name, value in raw_scope.items()}
+    return KnownIssue(raw["id"], raw["description"], raw["reason"], scope, triton)
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str) -> tuple[KnownIssue, ...]:
+    with open(path, "rb") as handle:
+        document = tomllib.load(handle)
+    unknown = set(document) - {"issue"}
+    if unknown:
+        raise ValueError(f"{path}: unknown top-level keys {sorted(unknown)}; entries are [[issue]] tables")
+    raw_entries = document.get("issue", [])
+    if not isinstance(raw_entries, list) or not all(isinstance(raw, dict) for raw in raw_entries):
+        raise ValueError(f"{path}: entries must be [[issue]] tables")
+    entries = tuple(_entry_from_toml(raw, path) for raw in raw_entries)
+    ids = [entry.id for entry in entries]
+    duplicates = sorted({entry_id for entry_id in ids if ids.count(entry_id) > 1})
+    if duplicates:
+        raise ValueError(f"{path}: duplicate issue ids {duplicates}")
+    return entries
+
+
+def load_registry(path: str | Path | None = None) -> tuple[KnownIssue, ...]:
+    """The validated entries of a registry file (default: the bundled one)."""
+    return _load(str(Path(path or DEFAULT_REGISTRY).resolve()))
+
+
+def match(case: Case, profile, triton_version: str | None, implementation: str | None = None,
+          registry: tuple[KnownIssue, ...] | None = None) -> KnownIssue | None:
+    """The first registry entry whose scope covers this case on this backend, or None."""
+    entries = load_registry() if registry is None else registry
+    for entry in entries:
+        if entry.matches(case, profile, triton_version, implementation):
+            return entry
+    return None
+
+
+def apply_known_issue(verdict: str, issue: KnownIssue | None) -> str:
+    """The reported verdict: a failing verdict under a known issue is xfail, a pass is xpass."""
+    if issue is None or verdict == verdicts.UNSUPPORTED:
+        return verdict
+    if verdict == verdicts.PASS:
+        return verdicts.XPASS
+    if verdict in (verdicts.FAIL, verdicts.NONFINITE, verdicts.ERROR):
+        return verdicts.XFAIL
+    raise ValueError(f"cannot apply a known issue to verdict {verdict!r}")

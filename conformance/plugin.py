@@ -1,0 +1,266 @@
+"""The pytest plugin: catalog cases as test items, one results line per case.
+
+Registered by the repository's root conftest.py (and passed with `-p` by the CLI).
+
+* `pytest_configure` activates the backend profile first -- before anything can
+  import the kernels (the interpreter needs TRITON_INTERPRET=1 set early).
+* `conformance/suite.py`, when collected, becomes one `CaseItem` per selected case.
+* An item runs its case and attaches the results line to `item.user_properties`;
+  the verdict becomes the pytest outcome (pass; fail/nonfinite/error/xpass ->
+  failed; unsupported -> skipped; xfail -> xfailed).
+* The process that receives `pytest_runtest_logreport` (the only process, or the
+  pytest-xdist controller) appends the line to results.jsonl. A case whose item
+  died without a line (a harness bug, a crashed xdist worker) is recorded as
+  `error` there, so every selected case that ran leaves a line.
+* `pytest_terminal_summary` prints the table and writes summary.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conformance import backends, verdicts
+from conformance.catalog import TIERS, Case, select
+from conformance.environment import command_line, fingerprint
+from conformance.implementations import Implementations, reproduce_command
+from conformance.report import format_ratio, render_run
+from conformance.results import ResultsWriter, default_run_dir, from_json, to_json
+from conformance.runner import base_line, error_fields, run_case
+
+SUITE_PATH = Path(__file__).with_name("suite.py").resolve()
+RESULT_PROPERTY = "conformance_result"
+
+
+@dataclass
+class ConformanceState:
+    """Per-process settings of a conformance session, kept in `config.stash`."""
+
+    profile: backends.BackendProfile
+    implementations: Implementations
+    backend_option: str | None
+    tier: str
+    cases: list[Case]
+    out_dir: Path | None
+    recorded: set = field(default_factory=set)
+    writer: ResultsWriter | None = None
+
+    def reproduce(self, case: Case) -> str:
+        return reproduce_command(case.id, self.backend_option, self.implementations)
+
+    def error_line(self, case: Case, reason: str, traceback: str = "") -> dict:
+        """A results line for a case that produced none of its own."""
+        line = base_line(case, self.profile.key, self.implementations.name(case.op), self.reproduce(case))
+        line.update(verdict=verdicts.ERROR, rule_verdict=verdicts.ERROR, reason=reason, traceback=traceback)
+        return line
+
+    def run_dir(self) -> Path:
+        if self.out_dir is None:
+            self.out_dir = default_run_dir(self.profile.key)
+        return self.out_dir
+
+
+_STATE = pytest.StashKey[ConformanceState]()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("conformance", "FlashAttention conformance harness")
+    group.addoption("--conformance-tier", default="auto",
+                    help=f"catalog tier to run: {', '.join(TIERS)} or auto (the backend's default)")
+    group.addoption("--conformance-case", action="append", default=[], metavar="ID",
+                    help="run this case id (repeatable; replaces the tier)")
+    group.addoption("--conformance-out", default=None, metavar="DIR",
+                    help="run folder for results.jsonl, env.json, summary.md "
+                         "(default reports/runs/<time>-<backend>)")
+    group.addoption("--conformance-backend", default=None, metavar="KEY",
+                    help="backend profile, e.g. interpreter or cuda:sm_90 (default: detected)")
+    group.addoption("--conformance-kernel", action="append", default=[], metavar="OP=MOD:FN",
+                    help="judge this implementation of OP instead of the bundled kernel")
+
+
+def _state_from_options(config) -> ConformanceState:
+    backend_option = config.getoption("conformance_backend")
+    try:
+        profile = backends.activate(backend_option)
+        implementations = Implementations.from_specs(config.getoption("conformance_kernel"))
+        tier, cases = select(config.getoption("conformance_tier"), config.getoption("conformance_case"), profile)
+    except ValueError as exc:
+        raise pytest.UsageError(f"conformance: {exc}") from None
+    out = config.getoption("conformance_out")
+    return ConformanceState(profile, implementations, backend_option, tier, cases, Path(out) if out else None)
+
+
+def pytest_configure(config):
+    config.stash[_STATE] = _state_from_options(config)
+    config.addinivalue_line("markers", "conformance: a conformance catalog case")
+    if not hasattr(config, "workerinput"):  # xdist workers only run items
+        config.pluginmanager.register(ResultsRecorder(config.stash[_STATE]), "conformance-recorder")
+
+
+def is_suite_path(path) -> bool:
+    """conformance/suite.py of this or any other checkout/installation of the harness."""
+    path = Path(path)
+    return path.name == SUITE_PATH.name and path.parent.name == SUITE_PATH.parent.name
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path, parent):
+    if is_suite_path(module_path):
+        return CatalogFile.from_parent(parent, path=Path(module_path))
+    return None
+
+
+class CatalogFile(pytest.File):
+    """conformance/suite.py, collected as the session's selected cases."""
+
+    def collect(self):
+        for case in self.config.stash[_STATE].cases:
+            yield CaseItem.from_parent(self, name=case.id, case=case)
+
+
+class CaseNotPassing(Exception):
+    """Raised by a CaseItem whose verdict fails the run; its text is the report."""
+
+
+class CaseItem(pytest.Item):
+    """One catalog case as a test item."""
+
+    def __init__(self, *, case: Case, **kwargs):
+        super().__init__(**kwargs)
+        self.case = case
+        self.add_marker("conformance")
+
+    def runtest(self):
+        state = self.config.stash[_STATE]
+        try:
+            line = run_case(self.case, state.profile, state.implementations,
+                            backend_option=state.backend_option)
+        except Exception as exc:  # a harness bug: still leave a line for this case
+            fields = error_fields(exc, prefix="harness: ")
+            self.user_properties.append((RESULT_PROPERTY, to_json(state.error_line(self.case, **fields))))
+            raise
+        self.user_properties.append((RESULT_PROPERTY, to_json(line)))
+        _raise_for_verdict(line)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, CaseNotPassing):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        # Not the bare id: pytest would rewrite its "." to "::" in verbose lines,
+        # printing the id wrongly (it only does that when the nodeid ends with it).
+        return self.path, None, f"case {self.case.id}"
+
+
+def _raise_for_verdict(line: dict) -> None:
+    verdict = line["verdict"]
+    if verdict == verdicts.PASS:
+        return
+    if verdict == verdicts.UNSUPPORTED:
+        pytest.skip(line["reason"])
+    if verdict == verdicts.XFAIL:
+        issue = line["known_issue"]
+        pytest.xfail(f"known issue {issue['id']}: {issue['description']} ({line['reason']})")
+    raise CaseNotPassing(failure_message(line))
+
+
+def failure_message(line: dict) -> str:
+    """The concise text of a non-passing case: verdict, reason, ratios, reproducer."""
+    parts = [f"{line['verdict']}: {line['reason']}"]
+    for tensor in line.get("tensors", []):
+        parts.append(f"  {tensor['name']:>3}: ratio {format_ratio(tensor['ratio'])} (kernel_err "
+                     f"{tensor['kernel_err']:.3e}, torch_err {tensor['torch_err']:.3e}, floor {tensor['floor']:.3e})")
+    if line.get("traceback"):
+        parts.append(line["traceback"])
+    parts.append(f"reproduce: {line['reproduce']}")
+    return "\n".join(parts)
+
+
+def result_line(report) -> dict | None:
+    """The results line a report carries, if any."""
+    for name, value in getattr(report, "user_properties", ()):
+        if name == RESULT_PROPERTY:
+            return from_json(value)
+    return None
+
+
+def case_of_nodeid(nodeid: str) -> Case | None:
+    """The case a conformance node id names (`.../suite.py::<case id>`), else None."""
+    path, separator, name = nodeid.rpartition("::")
+    if not separator or Path(path).name != SUITE_PATH.name:
+        return None
+    try:
+        return Case.from_id(name)
+    except ValueError:
+        return None
+
+
+_TEST_STATUS = {
+    verdicts.PASS: ("passed", ".", {"green": True}),
+    verdicts.FAIL: ("failed", "F", {"red": True}),
+    verdicts.NONFINITE: ("failed", "N", {"red": True}),
+    verdicts.ERROR: ("failed", "E", {"red": True}),
+    verdicts.XPASS: ("failed", "X", {"red": True}),
+    verdicts.XFAIL: ("xfailed", "x", {"yellow": True}),
+    verdicts.UNSUPPORTED: ("skipped", "s", {"yellow": True}),
+}
+
+
+def pytest_report_teststatus(report, config):
+    """Verdict words (with the worst ratio) in verbose progress."""
+    if report.when != "call":
+        return None
+    line = result_line(report)
+    if line is None:
+        return None
+    category, letter, markup = _TEST_STATUS[line["verdict"]]
+    word = line["verdict"]
+    if line.get("worst_ratio") is not None:
+        word += f" {format_ratio(line['worst_ratio'])}"
+    return category, letter, (word, markup)
+
+
+class ResultsRecorder:
+    """Writes results lines and the final report; lives in the reporting process only."""
+
+    def __init__(self, state: ConformanceState):
+        self.state = state
+
+    def _record(self, line: dict) -> None:
+        state = self.state
+        if state.writer is None:
+            env = fingerprint(state.profile, tier=state.tier, implementations=state.implementations.describe(),
+                              command=command_line())
+            state.writer = ResultsWriter(state.run_dir(), env)
+        state.writer.append(line)
+        state.recorded.add(line["case"])
+
+    def pytest_runtest_logreport(self, report):
+        line = result_line(report) or self._line_for_lost_case(report)
+        if line is not None and line["case"] not in self.state.recorded:
+            self._record(line)
+
+    def _line_for_lost_case(self, report) -> dict | None:
+        """An error line for a conformance item that failed without producing a line."""
+        case = case_of_nodeid(report.nodeid)
+        if case is None or report.passed or report.when not in ("setup", "call", "???"):
+            return None
+        last_line = (report.longreprtext.strip().splitlines() or [""])[-1]
+        if report.when == "???":  # pytest-xdist's report for a worker that died mid-case
+            reason = f"process crashed: {last_line}"
+        else:
+            reason = f"no result ({report.when} failed): {last_line}"
+        return self.state.error_line(case, reason, report.longreprtext[-4000:])
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.state.writer is None:
+            return
+        terminalreporter.write_sep("=", "conformance summary")
+        terminalreporter.write(render_run(self.state.run_dir()))
+
+    def pytest_unconfigure(self, config):
+        if self.state.writer is not None:
+            self.state.writer.close()

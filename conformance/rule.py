@@ -1,0 +1,120 @@
+"""The comparison rule: the kernel may be at most twice as wrong as torch.
+
+For every output and gradient of a case, three tensors are compared:
+
+* ref    -- the fp32 reference (`reference.REFERENCE`, float64 arithmetic),
+* torch  -- the same-precision torch path (`reference.MATCHED`),
+* kernel -- the implementation under test,
+
+and the rule is `judge`:
+
+    kernel_err = max|kernel - ref|
+    torch_err  = max|torch  - ref|
+    ratio      = kernel_err / max(torch_err, floor)      (0 when kernel_err == 0)
+    pass iff ratio <= 2
+
+Why there is a floor, and why it is `floor()` below
+---------------------------------------------------
+torch_err can be 0 or nearly so (fp32 cases, tiny problems where both paths
+happen to round identically), and then any honest kernel error -- even the one
+unavoidable rounding of its result to the output dtype -- would give an infinite
+ratio. No kernel can beat that final rounding, so the floor is exactly its size:
+the unit roundoff u of the tensor's own dtype (fp16 2^-11, bf16 2^-8, fp32 2^-24)
+times the largest finite |ref|. At the bound of 2 it admits at most about one
+rounding at the output's largest magnitude, so it cannot hide a real error (a
+wrong scale, a dropped block, a bad mask all cost far more), and it only ever
+matters when torch itself is that accurate. It is the same idea as newer
+FlashAttention tests' `2 * max|(ref + 0.3 - 0.3) - ref|` absolute tolerance.
+
+All functions here are pure; they never modify their arguments.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+BOUND = 2.0
+
+# Unit roundoff (half an ulp at 1.0) of each dtype a kernel output can have.
+UNIT_ROUNDOFF = {"fp16": 2.0**-11, "bf16": 2.0**-8, "fp32": 2.0**-24, "fp64": 2.0**-53}
+
+
+def _as_float64(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return tensor.detach().to(device=device, dtype=torch.float64)
+
+
+def max_abs_error(actual: torch.Tensor, ref: torch.Tensor) -> float:
+    """max|actual - ref| in float64, with equal positions counting 0.
+
+    Equal infinities (lse = -inf on rows that see no key) are equal, not NaN.
+    Any NaN in `actual`, or an infinity where `ref` differs, makes the error inf.
+    """
+    if actual.shape != ref.shape:
+        raise ValueError(f"shape {tuple(actual.shape)} does not match the reference's {tuple(ref.shape)}")
+    if ref.numel() == 0:
+        return 0.0
+    a = _as_float64(actual, ref.device)
+    r = _as_float64(ref, ref.device)
+    diff = torch.where(a == r, 0.0, (a - r).abs())
+    diff = torch.where(diff.isnan(), math.inf, diff)
+    return float(diff.max())
+
+
+def nonfinite_mismatch(actual: torch.Tensor, ref: torch.Tensor) -> int:
+    """How many elements are NaN/Inf in `actual` where `ref` is finite."""
+    actual_bad = ~torch.isfinite(actual.detach().to(ref.device))
+    return int((actual_bad & torch.isfinite(ref.detach())).sum())
+
+
+def floor(dtype_name: str, ref: torch.Tensor) -> float:
+    """Unit roundoff of `dtype_name` times the largest finite |ref| (see module doc)."""
+    finite = ref.detach()[torch.isfinite(ref.detach())]
+    if finite.numel() == 0:
+        return 0.0
+    return UNIT_ROUNDOFF[dtype_name] * float(finite.abs().max().to(torch.float64))
+
+
+class Judgement(NamedTuple):
+    ratio: float
+    passed: bool
+
+
+def judge(kernel_err: float, torch_err: float, floor: float, bound: float = BOUND) -> Judgement:
+    """THE rule: ratio = kernel_err / max(torch_err, floor), pass iff ratio <= bound.
+
+    kernel_err == 0 gives ratio 0 (even when the denominator is 0); a positive
+    error over a zero denominator gives inf; a NaN kernel_err counts as inf.
+    A non-finite torch_err means the torch path itself broke: the ratio is NaN
+    and the case fails rather than passing against an infinite allowance.
+    """
+    if not math.isfinite(torch_err):
+        return Judgement(math.nan, False)
+    if math.isnan(kernel_err):
+        kernel_err = math.inf
+    if kernel_err == 0:
+        return Judgement(0.0, True)
+    allowance = max(torch_err, floor)
+    ratio = kernel_err / allowance if allowance > 0 else math.inf
+    return Judgement(ratio, ratio <= bound)
+
+
+def compare_tensor(name: str, kernel: torch.Tensor, torch_path: torch.Tensor, ref: torch.Tensor,
+                   dtype_name: str, bound: float = BOUND) -> dict:
+    """Judge one tensor; returns the record stored in a results line:
+    {name, kernel_err, torch_err, floor, ratio, nonfinite, passed}."""
+    kernel_err = max_abs_error(kernel, ref)
+    torch_err = max_abs_error(torch_path, ref)
+    tensor_floor = floor(dtype_name, ref)
+    ratio, passed = judge(kernel_err, torch_err, tensor_floor, bound)
+    return {
+        "name": name,
+        "kernel_err": kernel_err,
+        "torch_err": torch_err,
+        "floor": tensor_floor,
+        "ratio": ratio,
+        "nonfinite": nonfinite_mismatch(kernel, ref),
+        "passed": passed,
+    }

@@ -1,0 +1,204 @@
+"""Run one case end to end and return its results line (a JSON-able dict).
+
+    catalog entry -> backend profile (supported?) -> seeded inputs -> kernel under
+    test, fp32 reference, same-precision torch path -> errors per tensor ->
+    verdict -> known issue? -> one results line
+
+Verdicts are decided in this order: `unsupported` (the profile's reason; nothing
+is launched), `error` (the kernel raised or broke its output contract), then
+`nonfinite`, then `fail`/`pass` by the rule; a matching known issue finally turns
+a failing verdict into `xfail` and a pass into `xpass`.
+
+Nothing big outlives a case: tensors are locals of the functions below, and
+tracebacks are rendered to text before their frames (which hold tensors) go.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+
+import torch
+from reference import MATCHED, REFERENCE, attention_backward, attention_forward
+
+from conformance import known_issues, verdicts
+from conformance.catalog import Case
+from conformance.environment import triton_version
+from conformance.implementations import Implementations, reproduce_command
+from conformance.inputs import DTYPE_NAMES, Inputs, make_inputs
+from conformance.rule import BOUND, compare_tensor
+
+_TRACEBACK_LINES = 20
+_REASON_CHARS = 400
+
+
+class KernelFailure(Exception):
+    """The implementation under test raised, or returned something off-contract."""
+
+
+def base_line(case: Case, backend_key: str, implementation: str, reproduce: str) -> dict:
+    """The fields every results line has, before the case has run."""
+    return {
+        "case": case.id,
+        **case.fields(),
+        "verdict": None,
+        "rule_verdict": None,
+        "reason": "",
+        "tensors": [],
+        "worst_ratio": None,
+        "implementation": implementation,
+        "backend": backend_key,
+        "known_issue": None,
+        "duration_s": None,
+        "reproduce": reproduce,
+    }
+
+
+def error_fields(exc: BaseException, prefix: str = "") -> dict:
+    """`reason` (type and first message line) and `traceback` (its tail) of an exception."""
+    message = str(exc).strip().splitlines()
+    reason = f"{prefix}{type(exc).__name__}: {message[0] if message else ''}"
+    lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).splitlines()
+    return {"reason": reason[:_REASON_CHARS], "traceback": "\n".join(lines[-_TRACEBACK_LINES:])}
+
+
+def run_case(case: Case, profile, implementations: Implementations, *,
+             backend_option: str | None = None, registry=None) -> dict:
+    """Run `case` on `profile`'s device with the chosen implementation; one results line.
+
+    backend_option: the --backend the user gave (repeated in the reproduce command).
+    registry: known-issue entries (default: the bundled known_issues.toml).
+    """
+    started = time.perf_counter()
+    implementation = implementations.name(case.op)
+    line = base_line(case, profile.key, implementation,
+                     reproduce_command(case.id, backend_option, implementations))
+    unsupported = case.unsupported_reason(profile)
+    if unsupported:
+        line.update(verdict=verdicts.UNSUPPORTED, rule_verdict=verdicts.UNSUPPORTED, reason=unsupported)
+    else:
+        line.update(_judge(case, profile.device, implementations))
+        issue = known_issues.match(case, profile, triton_version(), implementation, registry)
+        line["verdict"] = known_issues.apply_known_issue(line["rule_verdict"], issue)
+        if issue is not None:
+            line["known_issue"] = issue.record()
+        if line["verdict"] == verdicts.XPASS:
+            line["reason"] = f"known issue {issue.id} no longer fails: remove its registry entry"
+    _release_memory(profile.device)
+    line["duration_s"] = round(time.perf_counter() - started, 4)
+    return line
+
+
+def _judge(case: Case, device: str, implementations: Implementations) -> dict:
+    """rule_verdict, reason, tensors and worst_ratio (plus traceback on error)."""
+    inputs = make_inputs(case, device)
+    try:
+        kernel = _run_kernel(case, inputs, implementations, device)
+    except KernelFailure as failure:
+        return {"rule_verdict": verdicts.ERROR, **error_fields(failure.__cause__ or failure)}
+    reference = _torch_path(case, inputs, REFERENCE)
+    matched = _torch_path(case, inputs, MATCHED)
+    contract_problem = _contract_problem(case, kernel, reference)
+    if contract_problem:
+        return {"rule_verdict": verdicts.ERROR, "reason": f"output contract: {contract_problem}"}
+    tensors = [compare_tensor(name, kernel[name], matched[name], reference[name], _expected_dtype(case, name))
+               for name in reference]
+    verdict, reason = _rule_verdict(tensors)
+    return {"rule_verdict": verdict, "reason": reason, "tensors": tensors, "worst_ratio": worst_ratio(tensors)}
+
+
+def _run_kernel(case: Case, inputs: Inputs, implementations: Implementations, device: str) -> dict:
+    """The implementation's outputs (fwd: out[, lse]) or gradients (bwd: dq, dk, dv)."""
+    try:
+        function = implementations.resolve(case.op)
+        with implementations.launch_context(case.op):
+            if case.direction == "fwd":
+                with torch.no_grad():
+                    result = _call(function, case, inputs)
+                tensors = _forward_outputs(case, result)
+            else:
+                out = _call(function, case, inputs)
+                if not isinstance(out, torch.Tensor):
+                    raise TypeError(f"expected the output tensor, got {type(out).__name__}")
+                dq, dk, dv = torch.autograd.grad(out, (inputs.q, inputs.k, inputs.v), inputs.do)
+                tensors = {"dq": dq, "dk": dk, "dv": dv}
+            _synchronize(device)  # asynchronous launch failures belong to the kernel
+    except Exception as exc:
+        raise KernelFailure(str(exc)) from exc
+    return tensors
+
+
+def _call(function, case: Case, inputs: Inputs):
+    # return_log_normalizer only when wanted, so simple kernels without it still run.
+    extra = {"return_log_normalizer": True} if case.lse else {}
+    return function(inputs.q, inputs.k, inputs.v, causal=case.causal, **extra)
+
+
+def _forward_outputs(case: Case, result) -> dict:
+    if not case.lse:
+        return {"out": result}
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        raise TypeError(f"return_log_normalizer=True must return (out, lse), got {type(result).__name__}")
+    return {"out": result[0], "lse": result[1]}
+
+
+def _torch_path(case: Case, inputs: Inputs, precision) -> dict:
+    """The reference (REFERENCE) or same-precision (MATCHED) tensors matching `_run_kernel`'s."""
+    q, k, v = (t.detach() for t in (inputs.q, inputs.k, inputs.v))
+    with torch.no_grad():
+        out, lse = attention_forward(q, k, v, causal=case.causal, precision=precision)
+        if case.direction == "fwd":
+            return {"out": out, "lse": lse} if case.lse else {"out": out}
+        dq, dk, dv = attention_backward(q, k, v, out, inputs.do, lse, causal=case.causal, precision=precision)
+    return {"dq": dq, "dk": dk, "dv": dv}
+
+
+def _expected_dtype(case: Case, name: str) -> str:
+    return "fp32" if name == "lse" else case.dtype
+
+
+def _contract_problem(case: Case, kernel: dict, reference: dict) -> str | None:
+    """Why the kernel's tensors cannot be judged (wrong type/shape/dtype/device), or None."""
+    for name, ref in reference.items():
+        actual = kernel.get(name)
+        if not isinstance(actual, torch.Tensor):
+            return f"{name} is {type(actual).__name__}, expected a tensor"
+        if actual.shape != ref.shape:
+            return f"{name} has shape {tuple(actual.shape)}, expected {tuple(ref.shape)}"
+        dtype = DTYPE_NAMES.get(actual.dtype, str(actual.dtype))
+        if dtype != _expected_dtype(case, name):
+            return f"{name} has dtype {dtype}, expected {_expected_dtype(case, name)}"
+        if actual.device.type != ref.device.type:
+            return f"{name} is on {actual.device}, expected {ref.device.type}"
+    return None
+
+
+def _rule_verdict(tensors: list[dict]) -> tuple[str, str]:
+    nonfinite = [t for t in tensors if t["nonfinite"]]
+    if nonfinite:
+        return verdicts.NONFINITE, "; ".join(
+            f"{t['name']}: {t['nonfinite']} non-finite values where the reference is finite" for t in nonfinite)
+    failed = [t for t in tensors if not t["passed"]]
+    if failed:
+        return verdicts.FAIL, "; ".join(
+            f"{t['name']} ratio {t['ratio']:.3g} > {BOUND:g} (kernel_err {t['kernel_err']:.3g}, "
+            f"torch_err {t['torch_err']:.3g}, floor {t['floor']:.3g})" for t in failed)
+    return verdicts.PASS, ""
+
+
+def worst_ratio(tensors: list[dict]) -> float | None:
+    """The largest ratio of a case's tensors (NaN counts as worst); None if none was judged."""
+    ratios = [math.inf if math.isnan(t["ratio"]) else t["ratio"] for t in tensors]
+    return max(ratios) if ratios else None
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _release_memory(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.empty_cache()
+

@@ -1,0 +1,232 @@
+"""The comparison rule, its helpers, and the known-issue registry that converts verdicts."""
+
+import math
+import textwrap
+
+import pytest
+import torch
+
+from conformance import known_issues, verdicts
+from conformance.backends import INTERPRETER, cuda_profile
+from conformance.catalog import Case
+from conformance.implementations import Implementations
+from conformance.rule import BOUND, compare_tensor, floor, judge, max_abs_error, nonfinite_mismatch
+from conformance.runner import run_case
+
+INF = math.inf
+
+
+# --- max_abs_error / nonfinite_mismatch -------------------------------------------
+
+def test_max_abs_error_is_computed_in_float64():
+    ref = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    actual = torch.tensor([1.0 + 2**-10, 2.0], dtype=torch.float16)
+    assert max_abs_error(actual, ref) == 2**-10  # exactly, not rounded to fp16 or fp32
+
+
+def test_equal_infinities_count_zero():
+    ref = torch.tensor([-INF, 0.5, INF], dtype=torch.float64)
+    assert max_abs_error(torch.tensor([-INF, 0.25, INF]), ref) == 0.25
+
+
+@pytest.mark.parametrize("bad", [INF, -INF, math.nan])
+def test_nonfinite_where_reference_differs_is_an_infinite_error(bad):
+    ref = torch.tensor([-INF, 1.0], dtype=torch.float64)
+    assert max_abs_error(torch.tensor([-INF, bad]), ref) == INF
+
+
+def test_finite_value_where_reference_is_infinite_is_an_infinite_error():
+    ref = torch.tensor([-INF], dtype=torch.float64)
+    assert max_abs_error(torch.tensor([-1e30]), ref) == INF
+
+
+def test_shape_mismatch_raises():
+    with pytest.raises(ValueError, match="shape"):
+        max_abs_error(torch.zeros(3), torch.zeros(4, dtype=torch.float64))
+
+
+def test_nonfinite_mismatch_counts_only_where_reference_is_finite():
+    ref = torch.tensor([-INF, 1.0, 2.0, 3.0], dtype=torch.float64)
+    actual = torch.tensor([-INF, math.nan, INF, 3.0])
+    assert nonfinite_mismatch(actual, ref) == 2
+    assert nonfinite_mismatch(ref, ref) == 0
+
+
+# --- floor ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype_name, roundoff", [("fp16", 2**-11), ("bf16", 2**-8), ("fp32", 2**-24)])
+def test_floor_is_unit_roundoff_times_largest_finite_magnitude(dtype_name, roundoff):
+    ref = torch.tensor([-INF, 0.5, -4.0, 3.0], dtype=torch.float64)
+    assert floor(dtype_name, ref) == roundoff * 4.0
+
+
+def test_floor_of_an_all_infinite_or_zero_reference_is_zero():
+    assert floor("fp16", torch.full((3,), -INF, dtype=torch.float64)) == 0.0
+    assert floor("fp16", torch.zeros(3, dtype=torch.float64)) == 0.0
+
+
+def test_floor_admits_one_rounding_of_the_output_but_not_more():
+    """An exact result rounded to fp16 passes even where torch is exact; 1 % off does not."""
+    ref = torch.linspace(-3, 3, 1001, dtype=torch.float64)
+    rounded = ref.to(torch.float16)
+    ratio, passed = judge(max_abs_error(rounded, ref), 0.0, floor("fp16", ref))
+    assert passed and ratio <= 1.0
+    ratio, passed = judge(max_abs_error((ref * 1.01).to(torch.float16), ref), 0.0, floor("fp16", ref))
+    assert not passed and ratio > 10
+
+
+# --- judge --------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "kernel_err, torch_err, floor_value, expected_ratio, expected_pass",
+    [
+        (0.0, 0.0, 0.0, 0.0, True),       # 0/0: an exact kernel passes
+        (0.0, 1e-3, 1e-4, 0.0, True),
+        (2e-3, 1e-3, 1e-4, 2.0, True),    # exactly at the bound
+        (3e-3, 1e-3, 1e-4, 3.0, False),
+        (1e-6, 0.0, 1e-6, 1.0, True),     # torch exact: the floor is the allowance
+        (3e-6, 0.0, 1e-6, 3.0, False),
+        (1e-6, 0.0, 0.0, INF, False),     # nothing allowed, something wrong
+        (INF, 1e-3, 1e-4, INF, False),
+        (math.nan, 1e-3, 1e-4, INF, False),
+    ],
+)
+def test_judge(kernel_err, torch_err, floor_value, expected_ratio, expected_pass):
+    ratio, passed = judge(kernel_err, torch_err, floor_value)
+    assert ratio == expected_ratio
+    assert passed is expected_pass
+
+
+def test_judge_fails_when_the_torch_path_itself_is_broken():
+    ratio, passed = judge(1e-3, INF, 1e-4)
+    assert math.isnan(ratio) and not passed
+
+
+def test_judge_bound_is_two_by_default_and_adjustable():
+    assert BOUND == 2.0
+    assert judge(2.5e-3, 1e-3, 0.0).passed is False
+    assert judge(2.5e-3, 1e-3, 0.0, bound=4.0).passed is True
+
+
+def test_compare_tensor_records_all_numbers():
+    ref = torch.tensor([[1.0, -2.0]], dtype=torch.float64)
+    kernel = torch.tensor([[1.0, -2.0 - 2**-9]])
+    torch_path = torch.tensor([[1.0 + 2**-10, -2.0]])
+    record = compare_tensor("out", kernel, torch_path, ref, "fp32")
+    assert record == {"name": "out", "kernel_err": 2**-9, "torch_err": 2**-10, "floor": 2.0 * 2**-24,
+                      "ratio": 2.0, "nonfinite": 0, "passed": True}
+
+
+# --- known issues -------------------------------------------------------------------
+
+CASE = Case.from_id("flash_attention.bwd[bf16,d64,causal,B1,H2,Hkv2,Sq77,Sk133,seed0]")
+
+
+def write_registry(tmp_path, text):
+    path = tmp_path / "known_issues.toml"
+    path.write_text(textwrap.dedent(text))
+    return known_issues.load_registry(path)
+
+
+def entry(tmp_path, scope_lines):
+    registry = write_registry(tmp_path, f"""
+        [[issue]]
+        id = "demo"
+        description = "demo issue"
+        reason = "https://example.invalid/issue/1"
+        [issue.scope]
+        {scope_lines}
+        """)
+    return registry
+
+
+def test_bundled_registry_loads_and_is_empty():
+    assert known_issues.load_registry() == ()
+
+
+def test_an_entry_without_scope_matches_everything(tmp_path):
+    registry = write_registry(tmp_path, """
+        [[issue]]
+        id = "all"
+        description = "everything"
+        reason = "test"
+        """)
+    assert known_issues.match(CASE, INTERPRETER, "3.9.0", registry=registry).id == "all"
+
+
+@pytest.mark.parametrize(
+    "scope, matches",
+    [
+        ('backend = "interpreter"', True),
+        ('backend = "interpreter:cpu"', True),
+        ('backend = "cuda"', False),
+        ('arch = ["cpu", "sm_90"]', True),
+        ('dtype = "bf16"', True),
+        ('dtype = ["fp16", "fp32"]', False),
+        ('direction = "fwd"', False),
+        ("head_dim = [64, 128]", True),
+        ("head_dim = 128", False),
+        ("causal = true", True),
+        ("causal = false", False),
+        ('op = "flash_attention"', True),
+        ('implementation = "kernels:flash_attention"', True),
+        ('implementation = "mine:fa"', False),
+        ('triton = ">=3.2,<3.10"', True),
+        ('triton = "<3.9"', False),
+        ('backend = "interpreter"\ndtype = "bf16"\nhead_dim = 32', False),
+    ],
+)
+def test_match_by_scope(tmp_path, scope, matches):
+    registry = entry(tmp_path, scope)
+    found = known_issues.match(CASE, INTERPRETER, "3.9.0", "kernels:flash_attention", registry=registry)
+    assert (found is not None) is matches
+
+
+def test_triton_range_handles_local_versions_and_missing_triton(tmp_path):
+    registry = entry(tmp_path, 'triton = ">=3.6,<3.7"')
+    profile = cuda_profile((9, 0))
+    assert known_issues.match(CASE, profile, "3.6.0+git1a2b3c", registry=registry) is not None
+    assert known_issues.match(CASE, profile, "3.7.0", registry=registry) is None
+    assert known_issues.match(CASE, profile, None, registry=registry) is None
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n[issue.scope]\ndtpye = "bf16"\n', "unknown scope keys"),
+        ('[[issue]]\nid = "x"\ndescription = "d"\n', "'reason' must be"),
+        ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n[issue.scope]\ntriton = "3.x"\n', "triton version"),
+        ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n' * 2, "duplicate"),
+        ('[issue]\nid = "x"\n', "must be \\[\\[issue\\]\\] tables"),
+    ],
+)
+def test_malformed_registry_is_rejected(tmp_path, text, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        write_registry(tmp_path, text)
+
+
+@pytest.mark.parametrize(
+    "verdict, converted",
+    [
+        (verdicts.PASS, verdicts.XPASS),
+        (verdicts.FAIL, verdicts.XFAIL),
+        (verdicts.NONFINITE, verdicts.XFAIL),
+        (verdicts.ERROR, verdicts.XFAIL),
+        (verdicts.UNSUPPORTED, verdicts.UNSUPPORTED),
+    ],
+)
+def test_known_issue_conversion(tmp_path, verdict, converted):
+    issue = entry(tmp_path, "")[0]
+    assert known_issues.apply_known_issue(verdict, issue) == converted
+    assert known_issues.apply_known_issue(verdict, None) == verdict
+
+
+@pytest.mark.parametrize("fake, verdict", [("exact", verdicts.XPASS), ("scale_off", verdicts.XFAIL)])
+def test_runner_applies_known_issues(tmp_path, fake, verdict):
+    case = Case.from_id("flash_attention.fwd[fp32,d16,noncausal,B1,H2,Hkv1,Sq9,Sk17,seed0]")
+    registry = entry(tmp_path, 'dtype = "fp32"')
+    implementations = Implementations.from_specs([f"flash_attention=tests.fake_kernels:{fake}"])
+    line = run_case(case, INTERPRETER, implementations, registry=registry)
+    assert line["verdict"] == verdict
+    assert line["known_issue"]["id"] == "demo"
+    assert line["rule_verdict"] == (verdicts.PASS if fake == "exact" else verdicts.FAIL)
