@@ -8,8 +8,10 @@ absence (no GPU, no git, no nvidia-smi) by recording None.
 
 from __future__ import annotations
 
+
 import datetime
 import functools
+import os
 import platform
 import shlex
 import subprocess
@@ -48,6 +50,10 @@ def triton_version() -> str | None:
 def git_revision(root: Path = HARNESS_ROOT) -> dict:
     """{"revision": sha or None, "dirty": bool or None} of the harness checkout."""
     revision = _run(["git", "rev-parse", "HEAD"], cwd=root)
+    if revision is None and os.environ.get("FA_HARNESS_REVISION"):
+        # A copy of a checkout without .git (e.g. shipped to a lab machine):
+        # the sender states the revision it was taken from.
+        return {"revision": os.environ["FA_HARNESS_REVISION"], "dirty": None, "stated": True}
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root) if revision else None
     return {"revision": revision, "dirty": None if status is None else bool(status)}
 

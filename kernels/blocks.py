@@ -15,7 +15,6 @@ import triton
 import triton.language as tl
 
 LOG2_E = tl.constexpr(1.4426950408889634)
-LN_2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
