@@ -34,7 +34,8 @@ from kernels.blocks import (
 )
 
 
-@triton.jit
+# As in the forward, sizes are not specialised on (one compile per shape family).
+@triton.jit(do_not_specialize=["num_heads", "seq_q", "head_dim"])
 def delta_kernel(
     O, DO, DELTA,
     stride_ob, stride_oh, stride_om, stride_od,
@@ -56,7 +57,7 @@ def delta_kernel(
     tl.store(DELTA + batch_head.to(tl.int64) * seq_q + rows, delta, mask=rows < seq_q)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_heads", "num_kv_heads", "group_size", "seq_q", "seq_k", "head_dim"])
 def dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK, DV,
     sm_scale,
@@ -112,7 +113,7 @@ def dkdv_kernel(
                dv, cols, dims, stride_dvn, stride_dvd, seq_k, head_dim, EMULATE_BF16)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_heads", "group_size", "seq_q", "seq_k", "head_dim"])
 def dq_kernel(
     Q, K, V, DO, LSE, DELTA, DQ,
     sm_scale,

@@ -23,7 +23,9 @@ from kernels.blocks import (
 )
 
 
-@triton.jit
+# Sizes are not specialised on: Triton would otherwise compile a new variant for
+# every divisibility pattern of the sequence lengths (509, 1000, 1024, 1, ...).
+@triton.jit(do_not_specialize=["num_heads", "group_size", "seq_q", "seq_k", "head_dim"])
 def flash_forward_kernel(
     Q, K, V, O, LSE,
     sm_scale,
