@@ -118,6 +118,17 @@ def causal_query_start(col_start, seq_q, seq_k, BLOCK_M: tl.constexpr, CAUSAL: t
 
 
 @triton.jit
+def compensated_add(total, error, addend):
+    """Kahan summation step: (total, error) + addend -> (new total, new error).
+
+    `error` carries the low-order bits lost by earlier additions, so a long
+    sequence of fp32 additions ends about as accurate as a single one."""
+    corrected = addend - error
+    new_total = total + corrected
+    return new_total, (new_total - total) - corrected
+
+
+@triton.jit
 def raw_scores(q, k, EMULATE_BF16: tl.constexpr):
     """Unscaled scores q @ k^T of a [M, D] and an [N, D] tile, fp32."""
     zero = tl.zeros((q.shape[0], k.shape[0]), dtype=tl.float32)
