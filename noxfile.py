@@ -40,12 +40,19 @@ def _host_site_dirs() -> list[str]:
     return [d for d in [*dirs, user] if Path(d).is_dir()]
 
 
-def _share_host_packages(session: nox.Session) -> None:
-    """Let the session's virtualenv import the host interpreter's packages."""
+def _host_packages_pth(session: nox.Session) -> Path:
     purelib = session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
                           silent=True).strip()
-    pth = Path(purelib) / "fa_host_packages.pth"
-    pth.write_text("".join(d + "\n" for d in _host_site_dirs()))
+    return Path(purelib) / "fa_host_packages.pth"
+
+
+def _share_host_packages(session: nox.Session, share: bool) -> None:
+    """Let the session's virtualenv import the host interpreter's packages (or stop it)."""
+    pth = _host_packages_pth(session)
+    if share:
+        pth.write_text("".join(d + "\n" for d in _host_site_dirs()))
+    else:
+        pth.unlink(missing_ok=True)
 
 
 def _missing_modules(session: nox.Session) -> list[str]:
@@ -55,8 +62,7 @@ def _missing_modules(session: nox.Session) -> list[str]:
 
 
 def install_dependencies(session: nox.Session) -> None:
-    if os.environ.get("FA_ISOLATED", "0") in ("", "0"):
-        _share_host_packages(session)
+    _share_host_packages(session, share=os.environ.get("FA_ISOLATED", "0") in ("", "0"))
     missing = _missing_modules(session)
     if missing:
         session.install(*(REQUIREMENTS[m] for m in missing))
