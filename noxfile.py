@@ -31,6 +31,7 @@ REQUIREMENTS = {
     "xdist": "pytest-xdist",
     "hypothesis": "hypothesis",
     "tabulate": "tabulate",
+    "packaging": "packaging",
 }
 
 

@@ -24,6 +24,25 @@ def head_offset(batch, head, stride_batch, stride_head):
 
 
 @triton.jit
+def program_coordinates(num_heads, group_size):
+    """Where a (block, batch x head) program works: (block, batch_head, batch, head,
+    kv_head).  With GQA/MQA, group_size query heads share one kv head."""
+    block = tl.program_id(0)
+    batch_head = tl.program_id(1)
+    batch = batch_head // num_heads
+    head = batch_head % num_heads
+    return block, batch_head, batch, head, head // group_size
+
+
+@triton.jit
+def load_head_tile(base, batch, head, stride_batch, stride_head,
+                   rows, cols, stride_row, stride_col, n_rows, n_cols):
+    """load_tile of one (batch, head) slice of a 4-D tensor."""
+    return load_tile(base + head_offset(batch, head, stride_batch, stride_head),
+                     rows, cols, stride_row, stride_col, n_rows, n_cols)
+
+
+@triton.jit
 def load_tile(base, rows, cols, stride_row, stride_col, n_rows, n_cols):
     """Load base[rows, cols] honouring both strides; out-of-range elements read 0."""
     ptrs = base + rows[:, None] * stride_row + cols[None, :] * stride_col

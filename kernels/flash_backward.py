@@ -24,10 +24,12 @@ from kernels.blocks import (
     causal_key_end,
     causal_query_start,
     head_offset,
+    load_head_tile,
     load_row_stat,
     load_tile,
     mma,
     narrow,
+    program_coordinates,
     recomputed_probabilities,
     score_gradient,
     store_tile,
@@ -43,16 +45,12 @@ def delta_kernel(
     num_heads, seq_q, head_dim,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    block_m = tl.program_id(0)
-    batch_head = tl.program_id(1)
-    batch = batch_head // num_heads
-    head = batch_head % num_heads
+    block_m, batch_head, batch, head, _ = program_coordinates(num_heads, 1)
     rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
-    o = load_tile(O + head_offset(batch, head, stride_ob, stride_oh),
-                  rows, dims, stride_om, stride_od, seq_q, head_dim)
-    do = load_tile(DO + head_offset(batch, head, stride_dob, stride_doh),
-                   rows, dims, stride_dom, stride_dod, seq_q, head_dim)
+    o = load_head_tile(O, batch, head, stride_ob, stride_oh, rows, dims, stride_om, stride_od, seq_q, head_dim)
+    do = load_head_tile(DO, batch, head, stride_dob, stride_doh,
+                        rows, dims, stride_dom, stride_dod, seq_q, head_dim)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + batch_head.to(tl.int64) * seq_q + rows, delta, mask=rows < seq_q)
 
@@ -72,17 +70,11 @@ def dkdv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     EMULATE_BF16: tl.constexpr,
 ):
-    block_n = tl.program_id(0)
-    batch_kv_head = tl.program_id(1)
-    batch = batch_kv_head // num_kv_heads
-    kv_head = batch_kv_head % num_kv_heads
-
+    block_n, _, batch, kv_head, _ = program_coordinates(num_kv_heads, 1)
     cols = block_n * BLOCK_N + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
-    k = load_tile(K + head_offset(batch, kv_head, stride_kb, stride_kh),
-                  cols, dims, stride_kn, stride_kd, seq_k, head_dim)
-    v = load_tile(V + head_offset(batch, kv_head, stride_vb, stride_vh),
-                  cols, dims, stride_vn, stride_vd, seq_k, head_dim)
+    k = load_head_tile(K, batch, kv_head, stride_kb, stride_kh, cols, dims, stride_kn, stride_kd, seq_k, head_dim)
+    v = load_head_tile(V, batch, kv_head, stride_vb, stride_vh, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
     qk_scale = sm_scale * LOG2_E
     dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
@@ -127,18 +119,12 @@ def dq_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     EMULATE_BF16: tl.constexpr,
 ):
-    block_m = tl.program_id(0)
-    batch_head = tl.program_id(1)
-    batch = batch_head // num_heads
-    head = batch_head % num_heads
-    kv_head = head // group_size
-
+    block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size)
     rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
-    q = load_tile(Q + head_offset(batch, head, stride_qb, stride_qh),
-                  rows, dims, stride_qm, stride_qd, seq_q, head_dim)
-    do = load_tile(DO + head_offset(batch, head, stride_dob, stride_doh),
-                   rows, dims, stride_dom, stride_dod, seq_q, head_dim)
+    q = load_head_tile(Q, batch, head, stride_qb, stride_qh, rows, dims, stride_qm, stride_qd, seq_q, head_dim)
+    do = load_head_tile(DO, batch, head, stride_dob, stride_doh,
+                        rows, dims, stride_dom, stride_dod, seq_q, head_dim)
     stats = batch_head.to(tl.int64) * seq_q
     lse2 = base2_lse(load_row_stat(LSE + stats, rows, seq_q, float("-inf")))
     delta = load_row_stat(DELTA + stats, rows, seq_q, 0.0)

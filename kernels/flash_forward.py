@@ -15,9 +15,11 @@ from kernels.blocks import (
     causal_key_end,
     compensated_add,
     head_offset,
+    load_head_tile,
     load_tile,
     mma,
     narrow,
+    program_coordinates,
     raw_scores,
     store_tile,
     visible,
@@ -39,19 +41,13 @@ def flash_forward_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     EMULATE_BF16: tl.constexpr,
 ):
-    block_m = tl.program_id(0)
-    batch_head = tl.program_id(1)
-    batch = batch_head // num_heads
-    head = batch_head % num_heads
-    kv_head = head // group_size  # GQA/MQA: group_size query heads share one kv head
-
-    q_base = Q + head_offset(batch, head, stride_qb, stride_qh)
+    block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size)
     k_base = K + head_offset(batch, kv_head, stride_kb, stride_kh)
     v_base = V + head_offset(batch, kv_head, stride_vb, stride_vh)
 
     rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
-    q = load_tile(q_base, rows, dims, stride_qm, stride_qd, seq_q, head_dim)
+    q = load_head_tile(Q, batch, head, stride_qb, stride_qh, rows, dims, stride_qm, stride_qd, seq_q, head_dim)
     qk_scale = sm_scale * LOG2_E
 
     row_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
