@@ -21,21 +21,59 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
-OPS = ("flash_attention",)
+OPS = ("flash_attention", "piecewise_attention")
 DIRECTIONS = ("fwd", "bwd")
 DTYPES = ("fp16", "bf16", "fp32")
+# Memory layouts of the inputs, all viewed as (batch, heads, seqlen, head_dim):
+# bhsd contiguous; bshd = (batch, seqlen, heads, head_dim) memory; packed = the
+# tensors of one sequence length are head-slices of one (batch, seqlen, heads, head_dim) buffer.
+LAYOUTS = ("bhsd", "bshd", "packed")
 
-# Optional boolean features, in the order their tokens appear in an id (after Sk,
-# before seed). A feature is a bool field of `Case` with the same name; append new
-# ones (dropout, total, ...) at the end so existing ids never change.
-FEATURES = ("lse",)
+
+@dataclass(frozen=True)
+class Feature:
+    """An optional id token after Sk: shown only when the field differs from `default`."""
+
+    field: str
+    default: object
+    pattern: str  # regex of the whole token; group 1 is the value (absent for flags)
+    convert: object = None  # str -> value; None for a boolean flag
+
+    def token(self, value) -> str | None:
+        if value == self.default:
+            return None
+        if self.convert is None:
+            return self.field
+        return self.pattern.split("(")[0] + (f"{value:g}" if isinstance(value, float) else str(value))
+
+    def parse(self, token: str):
+        match = re.fullmatch(self.pattern, token)
+        if match is None:
+            return None
+        return True if self.convert is None else self.convert(match[1])
+
+
+# In id order. Append new features at the end so existing ids never change.
+FEATURES = (
+    Feature("lse", False, r"lse"),
+    Feature("total", False, r"total"),
+    Feature("dropout", 0.0, r"dropout(0\.\d+)", float),
+    Feature("layout", "bhsd", r"(bshd|packed)", str),
+    Feature("dist", None, r"dist(\d+)", int),
+)
 
 EXAMPLE_ID = "flash_attention.bwd[bf16,d128,causal,B2,H8,Hkv2,Sq509,Sk1024,seed0]"
 
 
 @dataclass(frozen=True)
 class Case:
-    """One catalog entry. `lse`: the forward also returns the log-sum-exp."""
+    """One catalog entry.
+
+    lse / total: the forward also returns the log-normalizer / total attention.
+    dropout: attention dropout probability (the kernel's mask is replayed by the reference).
+    layout: memory layout of the inputs (see LAYOUTS).
+    dist: piecewise_attention's distance threshold (that op only).
+    """
 
     op: str
     direction: str
@@ -49,6 +87,10 @@ class Case:
     seq_k: int
     seed: int = 0
     lse: bool = False
+    total: bool = False
+    dropout: float = 0.0
+    layout: str = "bhsd"
+    dist: int | None = None
 
     def __post_init__(self):
         problem = _validation_problem(self)
@@ -77,7 +119,7 @@ class Case:
             f"Sq{self.seq_q}",
             f"Sk{self.seq_k}",
         ]
-        tokens += [feature for feature in FEATURES if getattr(self, feature)]
+        tokens += [t for t in (f.token(getattr(self, f.field)) for f in FEATURES) if t is not None]
         if with_seed:
             tokens.append(f"seed{self.seed}")
         return f"{self.op}.{self.direction}[{','.join(tokens)}]"
@@ -118,8 +160,18 @@ def _validation_problem(case: Case) -> str | None:
         return f"seed must be a non-negative int, got {case.seed!r}"
     if case.heads % case.kv_heads:
         return f"kv_heads ({case.kv_heads}) must divide heads ({case.heads})"
-    if case.lse and case.direction != "fwd":
-        return "lse (return_log_normalizer) is a forward-only feature"
+    if (case.lse or case.total) and case.direction != "fwd":
+        return "lse and total (extra forward outputs) are forward-only features"
+    if not isinstance(case.dropout, float) or not 0.0 <= case.dropout < 1.0:
+        return f"dropout must be a float in [0, 1), got {case.dropout!r}"
+    if case.layout not in LAYOUTS:
+        return f"layout must be one of {', '.join(LAYOUTS)}, got {case.layout!r}"
+    if (case.op == "piecewise_attention") != (case.dist is not None):
+        return "dist (distance threshold) is required by piecewise_attention and only by it"
+    if case.dist is not None and (not isinstance(case.dist, int) or case.dist < 0):
+        return f"dist must be a non-negative int, got {case.dist!r}"
+    if case.op == "piecewise_attention" and (case.lse or case.total or case.dropout):
+        return "piecewise_attention has no lse, total or dropout"
     return None
 
 
@@ -154,9 +206,11 @@ def _parse_id(text: str) -> dict:
         fields[name] = convert(token_match[1])
     *feature_tokens, seed_token = tokens[len(_FIXED_TOKENS):]
     for token in feature_tokens:
-        if token not in FEATURES:
-            raise ValueError(f"unknown feature token {token!r} (known: {', '.join(FEATURES)})")
-        fields[token] = True
+        parsed = [(f.field, f.parse(token)) for f in FEATURES if f.parse(token) is not None]
+        if not parsed:
+            known = ", ".join(f.pattern.replace("\\", "") for f in FEATURES)
+            raise ValueError(f"unknown feature token {token!r} (known: {known})")
+        fields.update(parsed)
     seed_match = _SEED.fullmatch(seed_token)
     if not seed_match:
         raise ValueError(f"last token must be seedN, got {seed_token!r}")
@@ -172,7 +226,7 @@ def _parse_id(text: str) -> dict:
 # GRID_DEFAULTS.
 
 Grid = Mapping[str, Sequence]
-GRID_DEFAULTS: Grid = {"op": ("flash_attention",), "seed": (0,), "lse": (False,)}
+GRID_DEFAULTS: Grid = {"op": ("flash_attention",), "seed": (0,), **{f.field: (f.default,) for f in FEATURES}}
 _SHAPE_FIELDS = ("batch", "heads", "kv_heads", "seq_q", "seq_k")
 _GRID_AXES = frozenset(GRID_DEFAULTS) | {"direction", "dtype", "head_dim", "causal", "shape"}
 

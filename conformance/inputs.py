@@ -5,6 +5,10 @@ reproducible across machines and torch versions, device draws are not), in fp32,
 then cast to the case dtype and moved to the backend's device. The generator is
 seeded from the case's seed *and* a CRC32 of its id without the seed, so different
 shapes, dtypes and masks never reuse one stream of numbers.
+
+Which tensors a case has comes from its operator (`conformance.operators`): each
+input is "q-like" (batch, heads, seq_q, head_dim) or "kv-like" (batch, kv_heads,
+seq_k, head_dim). The case's layout decides the memory behind those views.
 """
 
 from __future__ import annotations
@@ -22,13 +26,20 @@ DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 
 @dataclass
 class Inputs:
-    """Tensors of one case. `do` (the output gradient) only for backward cases,
-    where q, k and v are leaves that require grad."""
+    """Tensors of one case, by the operator's input names. `do` (the output
+    gradient) only for backward cases, where the inputs are leaves requiring grad."""
 
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
+    tensors: dict
     do: torch.Tensor | None = None
+
+    def __getattr__(self, name):  # inputs.q, inputs.k1, ...
+        try:
+            return self.__dict__["tensors"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def detached(self) -> dict:
+        return {name: t.detach() for name, t in self.tensors.items()}
 
 
 def generator_seed(case: Case) -> int:
@@ -37,21 +48,49 @@ def generator_seed(case: Case) -> int:
     return (shape_hash << 31 | case.seed) & (2**63 - 1)
 
 
-def make_inputs(case: Case, device: str | torch.device) -> Inputs:
-    """q (B,H,Sq,D), k and v (B,Hkv,Sk,D), and do (B,H,Sq,D) for backward cases."""
+def dropout_seed(case: Case) -> int:
+    """The seed handed to the kernel's dropout: derived from the case, so reruns agree."""
+    return generator_seed(case) & 0x7FFFFFFF
+
+
+def logical_shape(case: Case, kind: str) -> tuple[int, int, int, int]:
+    if kind == "q":
+        return (case.batch, case.heads, case.seq_q, case.head_dim)
+    return (case.batch, case.kv_heads, case.seq_k, case.head_dim)
+
+
+def _place(values: dict, case: Case) -> dict:
+    """Put (B, H, S, D) values into the case's memory layout, returning (B, H, S, D) views."""
+    if case.layout == "bhsd":
+        return values
+    if case.layout == "bshd":
+        return {name: t.transpose(1, 2).contiguous().transpose(1, 2) for name, t in values.items()}
+    # packed: tensors of one sequence length are head-slices of one (B, S, sum H, D) buffer
+    placed = {}
+    for seqlen in dict.fromkeys(t.shape[2] for t in values.values()):
+        names = [name for name, t in values.items() if t.shape[2] == seqlen]
+        buffer = torch.cat([values[name].transpose(1, 2) for name in names], dim=2)
+        start = 0
+        for name in names:
+            heads = values[name].shape[1]
+            placed[name] = buffer[:, :, start:start + heads].transpose(1, 2)
+            start += heads
+    return placed
+
+
+def make_inputs(case: Case, device: str | torch.device, kinds: dict | None = None) -> Inputs:
+    """The operator's inputs (name -> kind "q"/"kv", default q, k, v) and, for
+    backward cases, do (B, H, Sq, D). Drawn in declaration order, then do."""
+    kinds = kinds or {"q": "q", "k": "kv", "v": "kv"}
     generator = torch.Generator(device="cpu")
     generator.manual_seed(generator_seed(case))
     dtype = TORCH_DTYPES[case.dtype]
     needs_grad = case.direction == "bwd"
 
-    def draw(*shape: int, requires_grad: bool) -> torch.Tensor:
-        values = torch.randn(shape, generator=generator, dtype=torch.float32)
-        return values.to(dtype).to(device).requires_grad_(requires_grad)
+    def draw(shape) -> torch.Tensor:
+        return torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype)
 
-    q_shape = (case.batch, case.heads, case.seq_q, case.head_dim)
-    kv_shape = (case.batch, case.kv_heads, case.seq_k, case.head_dim)
-    q = draw(*q_shape, requires_grad=needs_grad)
-    k = draw(*kv_shape, requires_grad=needs_grad)
-    v = draw(*kv_shape, requires_grad=needs_grad)
-    do = draw(*q_shape, requires_grad=False) if needs_grad else None
-    return Inputs(q, k, v, do)
+    values = {name: draw(logical_shape(case, kind)).to(device) for name, kind in kinds.items()}
+    do = draw(logical_shape(case, "q")).to(device) if needs_grad else None
+    tensors = {name: t.requires_grad_(needs_grad) for name, t in _place(values, case).items()}
+    return Inputs(tensors, do)

@@ -20,13 +20,15 @@ import time
 import traceback
 
 import torch
-from reference import MATCHED, REFERENCE, attention_backward, attention_forward
+from reference import MATCHED, REFERENCE
 
 from conformance import known_issues, verdicts
 from conformance.catalog import Case
+from conformance.dropout import dropout_replay
 from conformance.environment import triton_version
 from conformance.implementations import Implementations, reproduce_command
 from conformance.inputs import DTYPE_NAMES, Inputs, make_inputs
+from conformance.operators import OPERATORS, Operator
 from conformance.rule import BOUND, compare_tensor
 
 _TRACEBACK_LINES = 20
@@ -92,70 +94,54 @@ def run_case(case: Case, profile, implementations: Implementations, *,
 
 def _judge(case: Case, device: str, implementations: Implementations) -> dict:
     """rule_verdict, reason, tensors and worst_ratio (plus traceback on error)."""
-    inputs = make_inputs(case, device)
+    op = OPERATORS[case.op]
+    inputs = make_inputs(case, device, op.inputs)
     try:
-        kernel = _run_kernel(case, inputs, implementations, device)
+        function = implementations.resolve(case.op)
+    except Exception as exc:  # the user's --kernel module does not import
+        return {"rule_verdict": verdicts.ERROR, **error_fields(exc, prefix="importing the implementation: ")}
+    try:
+        kernel = _run_kernel(case, op, inputs, function, implementations, device)
+        replay = dropout_replay(case, function)
     except KernelFailure as failure:
         return {"rule_verdict": verdicts.ERROR, **error_fields(failure.__cause__ or failure)}
-    reference = _torch_path(case, inputs, REFERENCE)
-    matched = _torch_path(case, inputs, MATCHED)
+    reference = op.torch_path(case, inputs.detached(), inputs.do, REFERENCE, replay)
+    matched = op.torch_path(case, inputs.detached(), inputs.do, MATCHED, replay)
     contract_problem = _contract_problem(case, kernel, reference)
     if contract_problem:
         return {"rule_verdict": verdicts.ERROR, "reason": f"output contract: {contract_problem}"}
     tensors = [compare_tensor(name, kernel[name], matched[name], reference[name], _expected_dtype(case, name))
                for name in reference]
     verdict, reason = _rule_verdict(tensors)
-    return {"rule_verdict": verdict, "reason": reason, "tensors": tensors, "worst_ratio": worst_ratio(tensors)}
+    extra = {"dropout_keep_rate": replay.keep_rate()} if replay is not None else {}
+    if replay is not None and verdict == verdicts.PASS and not replay.rate_plausible():
+        verdict, reason = verdicts.FAIL, replay.rate_problem()
+    return {"rule_verdict": verdict, "reason": reason, "tensors": tensors,
+            "worst_ratio": worst_ratio(tensors), **extra}
 
 
-def _run_kernel(case: Case, inputs: Inputs, implementations: Implementations, device: str) -> dict:
-    """The implementation's outputs (fwd: out[, lse]) or gradients (bwd: dq, dk, dv)."""
+def _run_kernel(case: Case, op: Operator, inputs: Inputs, function, implementations: Implementations,
+                device: str) -> dict:
+    """The implementation's forward outputs (fwd) or input gradients (bwd), by name."""
     try:
-        function = implementations.resolve(case.op)
         with implementations.launch_context(case.op):
             if case.direction == "fwd":
                 with torch.no_grad():
-                    result = _call(function, case, inputs)
-                tensors = _forward_outputs(case, result)
+                    tensors = op.outputs(case, op.call(function, case, inputs.tensors))
             else:
-                out = _call(function, case, inputs)
+                out = op.call(function, case, inputs.tensors)
                 if not isinstance(out, torch.Tensor):
                     raise TypeError(f"expected the output tensor, got {type(out).__name__}")
-                dq, dk, dv = torch.autograd.grad(out, (inputs.q, inputs.k, inputs.v), inputs.do)
-                tensors = {"dq": dq, "dk": dk, "dv": dv}
+                grads = torch.autograd.grad(out, list(inputs.tensors.values()), inputs.do)
+                tensors = dict(zip(op.gradient_names(), grads))
             _synchronize(device)  # asynchronous launch failures belong to the kernel
     except Exception as exc:
         raise KernelFailure(str(exc)) from exc
     return tensors
 
 
-def _call(function, case: Case, inputs: Inputs):
-    # return_log_normalizer only when wanted, so simple kernels without it still run.
-    extra = {"return_log_normalizer": True} if case.lse else {}
-    return function(inputs.q, inputs.k, inputs.v, causal=case.causal, **extra)
-
-
-def _forward_outputs(case: Case, result) -> dict:
-    if not case.lse:
-        return {"out": result}
-    if not (isinstance(result, (tuple, list)) and len(result) == 2):
-        raise TypeError(f"return_log_normalizer=True must return (out, lse), got {type(result).__name__}")
-    return {"out": result[0], "lse": result[1]}
-
-
-def _torch_path(case: Case, inputs: Inputs, precision) -> dict:
-    """The reference (REFERENCE) or same-precision (MATCHED) tensors matching `_run_kernel`'s."""
-    q, k, v = (t.detach() for t in (inputs.q, inputs.k, inputs.v))
-    with torch.no_grad():
-        out, lse = attention_forward(q, k, v, causal=case.causal, precision=precision)
-        if case.direction == "fwd":
-            return {"out": out, "lse": lse} if case.lse else {"out": out}
-        dq, dk, dv = attention_backward(q, k, v, out, inputs.do, lse, causal=case.causal, precision=precision)
-    return {"dq": dq, "dk": dk, "dv": dv}
-
-
 def _expected_dtype(case: Case, name: str) -> str:
-    return "fp32" if name == "lse" else case.dtype
+    return "fp32" if name in ("lse", "total") else case.dtype
 
 
 def _contract_problem(case: Case, kernel: dict, reference: dict) -> str | None:

@@ -54,7 +54,8 @@ def test_an_exact_kernel_passes(tmp_path, case_id):
     expected = {"fwd": ["out", "lse"] if "lse" in case_id else ["out"], "bwd": ["dq", "dk", "dv"]}
     assert [t["name"] for t in line["tensors"]] == expected[line["direction"]]
     assert line["implementation"] == "tests.fake_kernels:exact"
-    assert read_env(out)["implementation"] == {"flash_attention": "tests.fake_kernels:exact"}
+    assert read_env(out)["implementation"] == {"flash_attention": "tests.fake_kernels:exact",
+                                               "piecewise_attention": "kernels:piecewise_attention"}
     assert "tests.fake_kernels:exact" in (out / "summary.md").read_text()
 
 

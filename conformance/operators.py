@@ -1,0 +1,129 @@
+"""The operators the harness judges, described declaratively (in the spirit of
+PyTorch's OpInfo): their inputs, how to call an implementation, how to name its
+forward outputs, and how the reference paths compute the same tensors.
+
+The runner is generic over these descriptions: adding an operator means adding
+an `Operator` here and grids to the catalog, not new branches in the runner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from conformance.catalog import Case
+from conformance.inputs import dropout_seed
+
+# Reference paths of one case: (case, detached inputs, do or None, precision, dropout replay) -> tensors
+TorchPath = Callable[[Case, dict, "torch.Tensor | None", object, object], dict]
+
+
+@dataclass(frozen=True)
+class Operator:
+    """How to exercise one operator.
+
+    inputs:   input name -> "q" (batch, heads, seq_q, head_dim) or "kv" (batch, kv_heads, seq_k, head_dim)
+    call:     (implementation, case, inputs by name) -> whatever it returns
+    outputs:  (case, that return value) -> {tensor name: tensor} for forward cases
+    torch_path: the reference / same-precision tensors of a case (forward outputs or gradients)
+    """
+
+    name: str
+    inputs: dict
+    call: Callable
+    outputs: Callable
+    torch_path: TorchPath
+
+    def gradient_names(self) -> list[str]:
+        return [f"d{name}" for name in self.inputs]
+
+
+# --------------------------------------------------------------------------- flash_attention
+
+def _flash_extras(case: Case) -> dict:
+    """Keyword arguments beyond (q, k, v, causal) that a case needs; omitted when
+    unused so implementations without those features still run the other cases."""
+    extras = {}
+    if case.lse:
+        extras["return_log_normalizer"] = True
+    if case.total:
+        extras["return_total_attention"] = True
+    if case.dropout:
+        extras.update(dropout_p=case.dropout, dropout_seed=dropout_seed(case))
+    return extras
+
+
+def _flash_call(function, case: Case, inputs: dict):
+    return function(inputs["q"], inputs["k"], inputs["v"], causal=case.causal, **_flash_extras(case))
+
+
+def _flash_output_names(case: Case) -> list[str]:
+    return ["out"] + [name for name, wanted in (("lse", case.lse), ("total", case.total)) if wanted]
+
+
+def _flash_outputs(case: Case, result) -> dict:
+    """`out` alone, or the tuple (out, lse, total) holding only the requested extras."""
+    names = _flash_output_names(case)
+    if len(names) == 1:
+        return {"out": result}
+    if not (isinstance(result, (tuple, list)) and len(result) == len(names)):
+        raise TypeError(f"expected the tuple ({', '.join(names)}), got {type(result).__name__}")
+    return dict(zip(names, result))
+
+
+def _flash_torch_path(case: Case, inputs: dict, do, precision, dropout) -> dict:
+    from reference import attention_backward, attention_forward
+
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    options = dict(causal=case.causal, precision=precision)
+    if dropout is not None:
+        options["dropout"] = dropout
+    if case.direction == "fwd":
+        total_option = {"return_total": True} if case.total else {}
+        out, lse, *total = attention_forward(q, k, v, **options, **total_option)
+        tensors = {"out": out, "lse": lse, "total": total[0] if total else None}
+        return {name: tensors[name] for name in _flash_output_names(case)}
+    out, lse = attention_forward(q, k, v, **options)
+    dq, dk, dv = attention_backward(q, k, v, out, do, lse, **options)
+    return {"dq": dq, "dk": dk, "dv": dv}
+
+
+FLASH_ATTENTION = Operator(
+    name="flash_attention",
+    inputs={"q": "q", "k": "kv", "v": "kv"},
+    call=_flash_call,
+    outputs=_flash_outputs,
+    torch_path=_flash_torch_path,
+)
+
+
+# --------------------------------------------------------------------------- piecewise_attention
+
+def _piecewise_call(function, case: Case, inputs: dict):
+    return function(inputs["q1"], inputs["k1"], inputs["q2"], inputs["k2"], inputs["v"], case.dist,
+                    causal=case.causal)
+
+
+def _piecewise_torch_path(case: Case, inputs: dict, do, precision, dropout) -> dict:
+    from reference import piecewise_backward, piecewise_forward
+
+    args = [inputs[name] for name in ("q1", "k1", "q2", "k2", "v")]
+    options = dict(causal=case.causal, precision=precision)
+    out, lse = piecewise_forward(*args, case.dist, **options)
+    if case.direction == "fwd":
+        return {"out": out}
+    grads = piecewise_backward(*args, out, do, lse, case.dist, **options)
+    return dict(zip(("dq1", "dk1", "dq2", "dk2", "dv"), grads))
+
+
+PIECEWISE_ATTENTION = Operator(
+    name="piecewise_attention",
+    inputs={"q1": "q", "k1": "kv", "q2": "q", "k2": "kv", "v": "kv"},
+    call=_piecewise_call,
+    outputs=lambda case, result: {"out": result},
+    torch_path=_piecewise_torch_path,
+)
+
+OPERATORS = {op.name: op for op in (FLASH_ATTENTION, PIECEWISE_ATTENTION)}
