@@ -20,7 +20,8 @@ happen to round identically), and then any honest kernel error -- even the one
 unavoidable rounding of its result to the output dtype -- would give an infinite
 ratio. No kernel can beat that final rounding, so the floor is exactly its size:
 the unit roundoff u of the tensor's own dtype (fp16 2^-11, bf16 2^-8, fp32 2^-24)
-times the largest finite |ref|. At the bound of 2 it admits at most about one
+times the largest finite |ref| -- but at least times 0.3 (MIN_MAGNITUDE), because
+a result that is zero by cancellation of O(1) terms still carries their noise. At the bound of 2 it admits at most about one
 rounding at the output's largest magnitude, so it cannot hide a real error (a
 wrong scale, a dropped block, a bad mask all cost far more), and it only ever
 matters when torch itself is that accurate. It is the same idea as newer
@@ -69,12 +70,22 @@ def nonfinite_mismatch(actual: torch.Tensor, ref: torch.Tensor) -> int:
     return int((actual_bad & torch.isfinite(ref.detach())).sum())
 
 
+# The smallest magnitude the floor assumes. A result that is zero by cancellation
+# (e.g. every gradient when each query sees exactly one key: P = 1, so dP = delta)
+# is computed from O(1) terms, and any implementation returns their rounding
+# noise; a floor of u * max|ref| = 0 would then fail an exact kernel. Newer
+# FlashAttention tests use the same 0.3 (their `(ref + 0.3 - 0.3) - ref`).
+MIN_MAGNITUDE = 0.3
+
+
 def floor(dtype_name: str, ref: torch.Tensor) -> float:
-    """Unit roundoff of `dtype_name` times the largest finite |ref| (see module doc)."""
+    """Unit roundoff of `dtype_name` times max(largest finite |ref|, MIN_MAGNITUDE)
+    (see module doc); 0 when ref has no finite value."""
     finite = ref.detach()[torch.isfinite(ref.detach())]
     if finite.numel() == 0:
         return 0.0
-    return UNIT_ROUNDOFF[dtype_name] * float(finite.abs().max().to(torch.float64))
+    magnitude = max(float(finite.abs().max().to(torch.float64)), MIN_MAGNITUDE)
+    return UNIT_ROUNDOFF[dtype_name] * magnitude
 
 
 class Judgement(NamedTuple):

@@ -105,8 +105,13 @@ def _judge(case: Case, device: str, implementations: Implementations) -> dict:
         replay = dropout_replay(case, function)
     except KernelFailure as failure:
         return {"rule_verdict": verdicts.ERROR, **error_fields(failure.__cause__ or failure)}
-    reference = op.torch_path(case, inputs.detached(), inputs.do, REFERENCE, replay)
-    matched = op.torch_path(case, inputs.detached(), inputs.do, MATCHED, replay)
+    except TypeError as exc:  # no way to replay its dropout mask
+        return {"rule_verdict": verdicts.ERROR, **error_fields(exc)}
+    dropout = replay.as_reference() if replay is not None else None
+    reference = op.torch_path(case, inputs.detached(), inputs.do, REFERENCE, dropout)
+    if replay is not None:
+        replay.counting = False  # the keep rate is counted over one precision's passes
+    matched = op.torch_path(case, inputs.detached(), inputs.do, MATCHED, dropout)
     contract_problem = _contract_problem(case, kernel, reference)
     if contract_problem:
         return {"rule_verdict": verdicts.ERROR, "reason": f"output contract: {contract_problem}"}
@@ -114,7 +119,7 @@ def _judge(case: Case, device: str, implementations: Implementations) -> dict:
                for name in reference]
     verdict, reason = _rule_verdict(tensors)
     extra = {"dropout_keep_rate": replay.keep_rate()} if replay is not None else {}
-    if replay is not None and verdict == verdicts.PASS and not replay.rate_plausible():
+    if replay is not None and verdict == verdicts.PASS and replay.rate_problem():
         verdict, reason = verdicts.FAIL, replay.rate_problem()
     return {"rule_verdict": verdict, "reason": reason, "tensors": tensors,
             "worst_ratio": worst_ratio(tensors), **extra}

@@ -109,14 +109,12 @@ def test_ids_are_unique_and_order_is_deterministic(tier):
 
 
 def test_tier_sizes():
-    assert 20 <= len(cases("smoke")) <= 40
-    assert 200 <= len(cases("standard")) <= 400
+    assert 40 <= len(cases("smoke")) <= 80
+    assert 300 <= len(cases("standard")) <= 600
     standard = {case.id for case in cases("standard")}
     full = [case.id for case in cases("full")]
     assert standard <= set(full)
-    long_cases = 2 * 2 * 2 * 2 * 4  # dir x dtype x D x mask x S
-    long_lse_cases = 2 * 2 * 2 * 2  # dtype x D x mask x S
-    assert len(full) - len(standard) == long_cases + long_lse_cases
+    assert all(Case.from_id(case_id).seq_k >= 4096 for case_id in set(full) - standard)
 
 
 def test_smoke_covers_what_the_interpreter_must_exercise():
@@ -127,16 +125,39 @@ def test_smoke_covers_what_the_interpreter_must_exercise():
     assert any(c.kv_heads < c.heads for c in smoke), "GQA"
     assert any(c.seq_q != c.seq_k for c in smoke), "ragged"
     assert any(c.causal and c.seq_q > c.seq_k for c in smoke), "rows with no visible key"
-    assert any(c.lse for c in smoke)
     assert all(c.batch * c.heads * max(c.seq_q, c.seq_k) <= 1024 for c in smoke), "interpreter-sized"
+
+
+@pytest.mark.parametrize("tier", ["smoke", "standard"])
+def test_every_feature_is_in_smoke_and_standard(tier):
+    """Issue 3: the smoke tier exercises at least one case of every feature."""
+    selected = cases(tier)
+    wanted = {
+        "lse": lambda c: c.lse,
+        "total": lambda c: c.total,
+        "dropout fwd": lambda c: c.dropout and c.direction == "fwd",
+        "dropout bwd": lambda c: c.dropout and c.direction == "bwd",
+        "MQA": lambda c: c.kv_heads == 1 < c.heads,
+        "non-power-of-two head dim": lambda c: c.head_dim & (c.head_dim - 1),
+        "head dim 256": lambda c: c.head_dim == 256,
+        "bshd layout": lambda c: c.layout == "bshd",
+        "packed layout": lambda c: c.layout == "packed",
+        "Sq = 1": lambda c: c.seq_q == 1,
+        "Sk = 1": lambda c: c.seq_k == 1,
+        "piecewise fwd": lambda c: c.op == "piecewise_attention" and c.direction == "fwd",
+        "piecewise bwd": lambda c: c.op == "piecewise_attention" and c.direction == "bwd",
+    }
+    missing = [name for name, present in wanted.items() if not any(present(c) for c in selected)]
+    assert not missing
 
 
 def test_standard_contents():
     standard = cases("standard")
-    assert {c.head_dim for c in standard} == {16, 32, 64, 128}
+    assert {c.head_dim for c in standard} == {16, 32, 64, 96, 128, 192, 256}
     assert {c.head_dim for c in standard if c.dtype == "fp32"} == {64, 128}
     assert {(c.seq_q, c.seq_k) for c in standard} >= {(509, 509), (1000, 1000), (509, 1024), (1024, 509)}
-    assert any(c.lse for c in standard) and all(c.direction == "fwd" for c in standard if c.lse)
+    assert any(c.lse for c in standard) and all(c.direction == "fwd" for c in standard if c.lse or c.total)
+    assert any(c.batch * c.heads > 65535 for c in standard), "grid axis limit"
 
 
 def test_full_adds_long_sequences():
