@@ -236,6 +236,7 @@ CAUSAL_BOTH = (False, True)
 
 # Smoke: Triton's CPU interpreter on a 2-core CI machine. Tiny shapes; 128 = two
 # 64-wide interpreter blocks each way, so causal diagonals cross block borders.
+# Every feature of every operator appears at least once.
 SMOKE: tuple[Grid, ...] = (
     # every direction x half dtype x mask, at a small and a large-ish head dim
     dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(16, 64), causal=CAUSAL_BOTH,
@@ -248,9 +249,26 @@ SMOKE: tuple[Grid, ...] = (
          shape=[(2, 4, 1, 96, 96)]),
     dict(direction=BOTH_DIRECTIONS, dtype=("fp32",), head_dim=(16,), causal=(False,),
          shape=[(1, 2, 2, 128, 128)]),
-    # log-sum-exp output, including its -inf on empty rows
+    # log-sum-exp and total attention outputs, including empty rows
     dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(64,), causal=(True,), lse=(True,),
          shape=[(1, 2, 2, 130, 61)]),
+    dict(direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=CAUSAL_BOTH, lse=(True,), total=(True,),
+         shape=[(1, 2, 1, 70, 100)]),
+    # dropout, its mask replayed by the reference
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(32,), causal=(True,), dropout=(0.2,),
+         shape=[(1, 2, 1, 96, 128)]),
+    # non-power-of-two and the largest head dims
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(96,), causal=(True,), shape=[(1, 2, 2, 80, 80)]),
+    dict(direction=("fwd",), dtype=("bf16",), head_dim=(256,), causal=(False,), shape=[(1, 1, 1, 64, 64)]),
+    # strided inputs: (B, S, H, D) memory and head-slices of one packed buffer
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(32,), causal=(True,),
+         layout=("bshd", "packed"), shape=[(1, 4, 2, 64, 64)]),
+    # decode-like: one query, one key
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(64,), causal=CAUSAL_BOTH,
+         shape=[(2, 2, 1, 1, 100), (1, 2, 2, 50, 1)]),
+    # piecewise_attention: near band q1.k1, far q2.k2
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(32,),
+         causal=CAUSAL_BOTH, dist=(24,), shape=[(1, 2, 1, 77, 100)]),
 )
 
 # Standard: the GPU default. Ragged lengths (509, 1000), GQA, Sq != Sk both ways
@@ -262,8 +280,9 @@ STANDARD_SHAPES = [
     (1, 8, 2, 509, 1024),
     (1, 4, 4, 1024, 509),
     (1, 16, 16, 2048, 2048),
-    (2, 8, 2, 1, 1000),
+    (2, 8, 1, 1, 1000),  # MQA decode
 ]
+FEATURE_SHAPES = [(1, 8, 2, 509, 1024), (2, 4, 4, 1000, 1000)]
 STANDARD: tuple[Grid, ...] = (
     dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(16, 32, 64, 128), causal=CAUSAL_BOTH,
          shape=STANDARD_SHAPES),
@@ -275,6 +294,22 @@ STANDARD: tuple[Grid, ...] = (
     # fp32 accumulation error in the log-normalizer shows
     dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH, lse=(True,),
          shape=[(1, 4, 4, 256, 16384)]),
+    # the larger and non-power-of-two head dims
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(96, 192, 256), causal=CAUSAL_BOTH,
+         shape=[(1, 8, 2, 509, 1024), (2, 4, 4, 1000, 1000)]),
+    dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH, total=(True,),
+         shape=FEATURE_SHAPES),
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH,
+         dropout=(0.1, 0.5), shape=FEATURE_SHAPES),
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64,), causal=CAUSAL_BOTH,
+         layout=("bshd", "packed"), shape=[(2, 8, 2, 509, 509), (1, 8, 8, 1000, 1000)]),
+    # decode with a single key, and batch x heads above the 65,535 grid-axis limit
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64,), causal=CAUSAL_BOTH,
+         shape=[(2, 8, 2, 64, 1)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(16,), causal=(False,),
+         shape=[(35, 2048, 2048, 16, 16)]),
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64, 128),
+         causal=CAUSAL_BOTH, dist=(128,), shape=FEATURE_SHAPES),
 )
 
 # Long sequences, where the reference must be chunked and accumulation errors grow.
@@ -283,6 +318,12 @@ LONG: tuple[Grid, ...] = (
          shape=[(1, 16, 16, seq, seq) for seq in (4096, 8192, 16384, 32768)]),
     dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH, lse=(True,),
          shape=[(1, 16, 16, seq, seq) for seq in (8192, 32768)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(128,), causal=CAUSAL_BOTH, dropout=(0.1,),
+         shape=[(1, 16, 16, 16384, 16384)]),
+    dict(direction=("fwd",), dtype=("bf16",), head_dim=(128,), causal=CAUSAL_BOTH, total=(True,),
+         shape=[(1, 16, 16, 32768, 32768)]),
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(128,),
+         causal=CAUSAL_BOTH, dist=(4096,), shape=[(1, 16, 16, 32768, 32768)]),
 )
 
 TIERS: dict[str, tuple[Grid, ...]] = {
