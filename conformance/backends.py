@@ -20,7 +20,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-KERNELS = ("fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq")
+KERNELS = ("fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq", "total")
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,7 @@ _INTERPRETER_LAUNCH = {
     "bwd_preprocess": _table((256, LaunchConfig(64, 64))),
     "bwd_dkdv": _table((256, LaunchConfig(64, 64))),
     "bwd_dq": _table((256, LaunchConfig(64, 64))),
+    "total": _table((256, LaunchConfig(64, 64))),
 }
 
 INTERPRETER = BackendProfile(
@@ -122,7 +123,7 @@ INTERPRETER = BackendProfile(
     arch="cpu",
     device="cpu",
     dtypes=("fp16", "bf16", "fp32"),
-    head_dims=(16, 32, 64, 128),
+    head_dims=(16, 32, 64, 96, 128, 192, 256),
     default_tier="smoke",
     launch=_INTERPRETER_LAUNCH,
     emulate_bf16=True,
@@ -141,25 +142,69 @@ INTERPRETER = BackendProfile(
 
 # Ampere and newer NVIDIA GPUs. Tiles follow the Triton fused-attention tutorial's
 # proven shapes; D=128 needs 8 warps to keep the fp32 accumulators in registers.
+# D=256 (and 192, padded to 256) halves the key tile so K/V stages fit the 99 KB of
+# shared memory a block gets on sm_86/sm_89 (sm_80: 163 KB, sm_90: 227 KB).
 _CUDA_LAUNCH = {
     "fwd": _table(
         (64, LaunchConfig(128, 64, num_warps=4, num_stages=3)),
         (128, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
+        (256, LaunchConfig(64, 32, num_warps=8, num_stages=2)),
     ),
-    "bwd_preprocess": _table((256, LaunchConfig(128, 64, num_warps=4, num_stages=1))),
+    # delta = rowsum(dO * O) holds two [BLOCK_M, D] fp32 tiles: fewer rows as D grows
+    # keep them in registers (128 rows at D = 256 spilled 2.7-6.7 KB, triton 3.2-3.9).
+    "bwd_preprocess": _table(
+        (64, LaunchConfig(128, 64, num_warps=4, num_stages=1)),
+        (128, LaunchConfig(64, 64, num_warps=4, num_stages=1)),
+        (256, LaunchConfig(32, 64, num_warps=4, num_stages=1)),
+    ),
     "bwd_dkdv": _table(
         (64, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
         (128, LaunchConfig(64, 64, num_warps=8, num_stages=2)),
+        (256, LaunchConfig(32, 32, num_warps=8, num_stages=1)),
     ),
     "bwd_dq": _table(
         (64, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
         (128, LaunchConfig(64, 64, num_warps=8, num_stages=2)),
+        (256, LaunchConfig(32, 32, num_warps=8, num_stages=1)),
+    ),
+    "total": _table(
+        (64, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
+        (128, LaunchConfig(64, 64, num_warps=8, num_stages=2)),
+        (256, LaunchConfig(32, 64, num_warps=8, num_stages=1)),
     ),
     # fp32 tiles are twice as large: smaller blocks keep them within the 99 KB of
     # shared memory that sm_86/sm_89 offer a block (sm_80/sm_90 have more).
-    "fwd.fp32": _table((128, LaunchConfig(64, 32, num_warps=4, num_stages=2))),
-    "bwd_dkdv.fp32": _table((128, LaunchConfig(32, 32, num_warps=4, num_stages=1))),
-    "bwd_dq.fp32": _table((128, LaunchConfig(32, 32, num_warps=4, num_stages=1))),
+    "fwd.fp32": _table(
+        (128, LaunchConfig(64, 32, num_warps=4, num_stages=2)),
+        (256, LaunchConfig(32, 32, num_warps=8, num_stages=1)),
+    ),
+    "bwd_dkdv.fp32": _table(
+        (128, LaunchConfig(32, 32, num_warps=4, num_stages=1)),
+        (256, LaunchConfig(16, 32, num_warps=8, num_stages=1)),
+    ),
+    "bwd_dq.fp32": _table(
+        (128, LaunchConfig(32, 32, num_warps=4, num_stages=1)),
+        (256, LaunchConfig(32, 16, num_warps=8, num_stages=1)),
+    ),
+    "total.fp32": _table(
+        (128, LaunchConfig(32, 32, num_warps=4, num_stages=1)),
+        (256, LaunchConfig(16, 32, num_warps=8, num_stages=1)),
+    ),
+    # piecewise kernels hold two score tiles (near and far) per block: tiles chosen
+    # for zero register spills on sm_90 (compile probe, triton 3.9), all within the
+    # ~99 KB of shared memory sm_86/sm_89 allow.
+    "piecewise_fwd": _table((64, LaunchConfig(128, 64, 8, 3)), (128, LaunchConfig(64, 32, 8, 2)),
+                            (256, LaunchConfig(32, 32, 8, 2))),
+    "piecewise_bwd_dkdv": _table((64, LaunchConfig(32, 32, 4, 2)), (128, LaunchConfig(32, 64, 8, 2)),
+                                 (256, LaunchConfig(16, 32, 8, 1))),
+    "piecewise_bwd_dq": _table((64, LaunchConfig(64, 32, 4, 2)), (128, LaunchConfig(32, 64, 8, 2)),
+                               (256, LaunchConfig(32, 16, 8, 1))),
+    "piecewise_fwd.fp32": _table((64, LaunchConfig(64, 32, 8, 2)), (128, LaunchConfig(32, 32, 8, 2)),
+                                 (256, LaunchConfig(16, 16, 4, 1))),
+    "piecewise_bwd_dkdv.fp32": _table((64, LaunchConfig(16, 32, 4, 1)), (128, LaunchConfig(16, 32, 4, 1)),
+                                      (256, LaunchConfig(16, 16, 8, 1))),
+    "piecewise_bwd_dq.fp32": _table((64, LaunchConfig(32, 32, 8, 1)), (128, LaunchConfig(32, 16, 4, 1)),
+                                    (256, LaunchConfig(16, 16, 8, 1))),
 }
 
 
@@ -171,7 +216,7 @@ def cuda_profile(capability: tuple[int, int]) -> BackendProfile:
         arch=f"sm_{major}{minor}",
         device="cuda",
         dtypes=("fp16", "bf16", "fp32") if bf16 else ("fp16", "fp32"),
-        head_dims=(16, 32, 64, 128),
+        head_dims=(16, 32, 64, 96, 128, 192, 256),
         default_tier="standard",
         launch=_CUDA_LAUNCH,
     )

@@ -49,8 +49,9 @@ def generator_seed(case: Case) -> int:
 
 
 def dropout_seed(case: Case) -> int:
-    """The seed handed to the kernel's dropout: derived from the case, so reruns agree."""
-    return generator_seed(case) & 0x7FFFFFFF
+    """The seed handed to the kernel's dropout: a hash of the whole id, so reruns
+    agree and every case (and every seed of it) drops a different pattern."""
+    return zlib.crc32(case.id.encode("utf-8")) & 0x7FFFFFFF
 
 
 def logical_shape(case: Case, kind: str) -> tuple[int, int, int, int]:

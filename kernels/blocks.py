@@ -24,11 +24,15 @@ def head_offset(batch, head, stride_batch, stride_head):
 
 
 @triton.jit
-def program_coordinates(num_heads, group_size):
+def program_coordinates(num_heads, group_size, first_batch_head=0):
     """Where a (block, batch x head) program works: (block, batch_head, batch, head,
-    kv_head).  With GQA/MQA, group_size query heads share one kv head."""
+    kv_head).  With GQA/MQA, group_size query heads share one kv head.
+
+    CUDA limits grid axis 1 to 65,535, so a launch covers at most that many
+    batch x head slices; `first_batch_head` is where this launch's slices start
+    (see kernels.launch)."""
     block = tl.program_id(0)
-    batch_head = tl.program_id(1)
+    batch_head = first_batch_head + tl.program_id(1)
     batch = batch_head // num_heads
     head = batch_head % num_heads
     return block, batch_head, batch, head, head // group_size
@@ -148,6 +152,20 @@ def compensated_add(total, error, addend):
 
 
 @triton.jit
+def pairwise_column_sums(x):
+    """Sum a [M, N] fp32 tile over its rows (M a power of two) as a pairwise tree.
+
+    tl.sum over axis 0 is a tree on GPUs but a sequential loop over the rows under the
+    interpreter (numpy), whose error grows with M: 64-row column sums of P made the
+    total attention 2-4x less accurate than torch's (pairwise) sum.  log2(M) halvings
+    give the tree on every backend."""
+    for _ in tl.static_range(8):  # enough halvings for M <= 512
+        if x.shape[0] > 1:
+            x = tl.sum(tl.reshape(x, (2, x.shape[0] // 2, x.shape[1])), 0)
+    return tl.reshape(x, (x.shape[1],))
+
+
+@triton.jit
 def raw_scores(q, k, EMULATE_BF16: tl.constexpr):
     """Unscaled scores q @ k^T of a [M, D] and an [N, D] tile, fp32."""
     zero = tl.zeros((q.shape[0], k.shape[0]), dtype=tl.float32)
@@ -172,11 +190,76 @@ def recomputed_probabilities(q, k, lse2, rows, cols, seq_q, seq_k, qk_scale,
 
 
 @triton.jit
+def probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale,
+                  CAUSAL: tl.constexpr, EMULATE_BF16: tl.constexpr):
+    """Normalised attention probabilities of a tile, rebuilt from the stored natural-log
+    normalizer `lse` (-inf for rows that see no key, which yields 0, as do invisible pairs).
+
+    More accurate than recomputed_probabilities for fp32 results: the exponent
+    s * sm_scale - lse is formed as torch forms it, and only the small difference is
+    scaled by log2(e).  Scaling first (s * sm_scale * log2(e) - lse * log2(e)) rounds
+    both terms at their full magnitude, which cost the fp32 total attention 2-3x
+    torch's error (measured on the interpreter, Sq = 70..300)."""
+    s = raw_scores(q, k, EMULATE_BF16) * sm_scale
+    finite_lse = tl.where(lse == float("-inf"), float("inf"), lse)
+    p = tl.math.exp2((s - finite_lse[:, None]) * LOG2_E)
+    return tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), p, 0.0)
+
+
+@triton.jit
+def value_gradient(do, v, EMULATE_BF16: tl.constexpr):
+    """dP = dO @ V^T of a tile, fp32: the gradient of the weights that multiplied V."""
+    zero = tl.zeros((do.shape[0], v.shape[0]), dtype=tl.float32)
+    return mma(do, tl.trans(v), zero, EMULATE_BF16)
+
+
+@triton.jit
+def softmax_gradient(p, dp, delta):
+    """dS = P * (dP - delta), fp32: the softmax backward of one tile."""
+    return p * (dp - delta[:, None])
+
+
+@triton.jit
 def score_gradient(p, do, v, delta, EMULATE_BF16: tl.constexpr):
     """dS = P * (dO @ V^T - delta), fp32: the softmax backward of one tile."""
-    zero = tl.zeros((do.shape[0], v.shape[0]), dtype=tl.float32)
-    dp = mma(do, tl.trans(v), zero, EMULATE_BF16)
-    return p * (dp - delta[:, None])
+    return softmax_gradient(p, value_gradient(do, v, EMULATE_BF16), delta)
+
+
+@triton.jit
+def dropout_keep(seed_lo, seed_hi, threshold, batch_head, rows, col_start, BLOCK_N: tl.constexpr):
+    """Dropout keep mask of the tile (rows, col_start + [0, BLOCK_N)) of one batch x head
+    slice; col_start must be a multiple of 4.
+
+    A pure function of (seed, batch_head, query row, key col), so the forward, both
+    backward kernels and the mask materialiser agree bit for bit whatever their tiling.
+    Philox-4x32-10 is keyed by the 64-bit seed and counts (key // 4, row, batch_head, 0)
+    in four separate 32-bit words; its four output words serve keys 4q .. 4q+3, so one
+    call covers four weights (a quarter of the integer work and of the register
+    pressure of one call per weight).  Collision-free for any B*H, Sq, Sk < 2^32, where
+    one flat int64 offset would not be portable: tl.rand/tl.randint feed int64 offsets
+    to 64-bit Philox in triton 3.2 but split them into two 32-bit words in 3.9, another
+    stream.  philox_impl has the same 32-bit path in 3.2 ... 3.9.
+
+    Kept iff the top 31 bits of the word >= threshold = floor(p * 2^31): an integer
+    comparison, so no float conversion can differ between versions or backends.
+    """
+    quads = col_start // 4 + tl.arange(0, BLOCK_N // 4)
+    zero = tl.zeros((rows.shape[0], BLOCK_N // 4), dtype=tl.uint32)
+    w0, w1, w2, w3 = tl.philox_impl(zero + quads[None, :].to(tl.uint32),
+                                    zero + rows[:, None].to(tl.uint32),
+                                    zero + batch_head.to(tl.uint32), zero,
+                                    seed_lo.to(tl.uint32, bitcast=True),
+                                    seed_hi.to(tl.uint32, bitcast=True))
+    # join adds a new minor dimension: join(join(w0, w2), join(w1, w3))[r, q, a, b] is
+    # word 2a + b, which row-major reshaping puts at key 4q + 2a + b.
+    bits = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), (rows.shape[0], BLOCK_N))
+    return (bits >> 1) >= threshold
+
+
+@triton.jit
+def dropped_value_gradient(dp, keep, keep_scale):
+    """dP of the un-dropped weights: dropped pairs get none, kept ones the 1/(1-p) rescale."""
+    return tl.where(keep, dp * keep_scale, 0.0)
 
 
 @triton.jit

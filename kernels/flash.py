@@ -14,31 +14,32 @@ import triton
 
 from conformance.backends import active_profile
 from kernels.allocation import new_output
+from kernels.dropout import DropoutParams, dropout_keep_mask, dropout_params
 from kernels.flash_backward import delta_kernel, dkdv_kernel, dq_kernel
 from kernels.flash_forward import flash_forward_kernel
+from kernels.launch import launch, launch_kwargs, padded_head_dim
+from kernels.total_attention import total_attention_kernel
 from kernels.validation import (
-    DTYPE_NAMES,
     check_attention_shapes,
     check_device,
+    check_flag,
     check_head_dim,
     check_same,
     check_sm_scale,
     check_tensor,
 )
 
-
-def _padded_head_dim(head_dim: int) -> int:
-    # tl.arange and tl.dot need a power of two >= 16; padding lanes are masked.
-    return max(16, triton.next_power_of_2(head_dim))
+_padded_head_dim = padded_head_dim  # the name earlier code imported
+_NO_DROPOUT_ARGS = (0, 0, 0, 1.0)  # seed_lo, seed_hi, drop_threshold, keep_scale
 
 
-def _launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype) -> dict:
-    cfg = active_profile().launch_config(kernel, block_d, DTYPE_NAMES[dtype])
-    return dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+def _dropout_kwargs(dropout: DropoutParams | None) -> tuple[tuple, dict]:
+    if dropout is None:
+        return _NO_DROPOUT_ARGS, dict(DROPOUT=False)
+    return dropout.kernel_args(), dict(DROPOUT=True)
 
 
-def _forward(q, k, v, causal: bool, sm_scale: float):
+def _forward(q, k, v, causal: bool, sm_scale: float, dropout: DropoutParams | None):
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_k = k.shape[1], k.shape[2]
     out = new_output(q.shape, q.dtype, q.device)
@@ -47,20 +48,19 @@ def _forward(q, k, v, causal: bool, sm_scale: float):
         return out, lse
     if seq_k == 0:  # nothing to attend to: every row is empty
         return out.zero_(), lse.fill_(float("-inf"))
-    block_d = _padded_head_dim(head_dim)
-    launch = _launch_kwargs("fwd", block_d, q.dtype)
-    grid = (triton.cdiv(seq_q, launch["BLOCK_M"]), batch * heads)
-    flash_forward_kernel[grid](
-        q, k, v, out, lse, sm_scale,
-        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        heads, heads // kv_heads, seq_q, seq_k, head_dim,
-        CAUSAL=causal, BLOCK_D=block_d,
-        EMULATE_BF16=active_profile().emulate_bf16, **launch,
-    )
+    block_d = padded_head_dim(head_dim)
+    cfg = launch_kwargs("fwd", block_d, q.dtype)
+    drop_args, drop_flag = _dropout_kwargs(dropout)
+    launch(flash_forward_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,
+           q, k, v, out, lse, sm_scale,
+           *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+           heads, heads // kv_heads, seq_q, seq_k, head_dim, *drop_args,
+           CAUSAL=causal, BLOCK_D=block_d, EMULATE_BF16=active_profile().emulate_bf16,
+           **drop_flag, **cfg)
     return out, lse
 
 
-def _backward(q, k, v, out, lse, do, causal: bool, sm_scale: float):
+def _backward(q, k, v, out, lse, do, causal: bool, sm_scale: float, dropout: DropoutParams | None):
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_k = k.shape[1], k.shape[2]
     dq = new_output(q.shape, q.dtype, q.device)
@@ -68,67 +68,68 @@ def _backward(q, k, v, out, lse, do, causal: bool, sm_scale: float):
     dv = new_output(v.shape, v.dtype, v.device)
     if seq_q == 0 or seq_k == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
-    block_d = _padded_head_dim(head_dim)
+    block_d = padded_head_dim(head_dim)
     emulate = active_profile().emulate_bf16
-    common = (heads, seq_q, head_dim)
 
     delta = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
-    pre = _launch_kwargs("bwd_preprocess", block_d, q.dtype)
-    delta_kernel[(triton.cdiv(seq_q, pre["BLOCK_M"]), batch * heads)](
-        out, do, delta, *out.stride(), *do.stride(), *common,
-        BLOCK_M=pre["BLOCK_M"], BLOCK_D=block_d, num_warps=pre["num_warps"],
-    )
+    pre = launch_kwargs("bwd_preprocess", block_d, q.dtype)
+    launch(delta_kernel, triton.cdiv(seq_q, pre["BLOCK_M"]), batch * heads,
+           out, do, delta, *out.stride(), *do.stride(), heads, seq_q, head_dim,
+           BLOCK_M=pre["BLOCK_M"], BLOCK_D=block_d, num_warps=pre["num_warps"])
 
     group = heads // kv_heads
     shapes = (seq_q, seq_k, head_dim)
     inputs = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    dkdv = _launch_kwargs("bwd_dkdv", block_d, q.dtype)
-    dkdv_kernel[(triton.cdiv(seq_k, dkdv["BLOCK_N"]), batch * kv_heads)](
-        q, k, v, do, lse, delta, dk, dv, sm_scale,
-        *inputs, *dk.stride(), *dv.stride(),
-        heads, kv_heads, group, *shapes,
-        CAUSAL=causal, BLOCK_D=block_d, EMULATE_BF16=emulate, **dkdv,
-    )
-    dqk = _launch_kwargs("bwd_dq", block_d, q.dtype)
-    dq_kernel[(triton.cdiv(seq_q, dqk["BLOCK_M"]), batch * heads)](
-        q, k, v, do, lse, delta, dq, sm_scale,
-        *inputs, *dq.stride(),
-        heads, group, *shapes,
-        CAUSAL=causal, BLOCK_D=block_d, EMULATE_BF16=emulate, **dqk,
-    )
+    drop_args, drop_flag = _dropout_kwargs(dropout)
+    common = dict(CAUSAL=causal, BLOCK_D=block_d, EMULATE_BF16=emulate, **drop_flag)
+    dkdv = launch_kwargs("bwd_dkdv", block_d, q.dtype)
+    launch(dkdv_kernel, triton.cdiv(seq_k, dkdv["BLOCK_N"]), batch * kv_heads,
+           q, k, v, do, lse, delta, dk, dv, sm_scale,
+           *inputs, *dk.stride(), *dv.stride(),
+           heads, kv_heads, group, *shapes, *drop_args, **common, **dkdv)
+    dqk = launch_kwargs("bwd_dq", block_d, q.dtype)
+    launch(dq_kernel, triton.cdiv(seq_q, dqk["BLOCK_M"]), batch * heads,
+           q, k, v, do, lse, delta, dq, sm_scale,
+           *inputs, *dq.stride(), heads, group, *shapes, *drop_args, **common, **dqk)
     return dq, dk, dv
+
+
+def _total_attention(q, k, lse, causal: bool, sm_scale: float) -> torch.Tensor:
+    """total[b, h, j] = sum_i P_ij (fp32), from the forward's log-normalizer."""
+    batch, heads, seq_q, head_dim = q.shape
+    kv_heads, seq_k = k.shape[1], k.shape[2]
+    total = new_output((batch, heads, seq_k), torch.float32, q.device)
+    if seq_k == 0:
+        return total
+    if seq_q == 0:
+        return total.zero_()
+    block_d = padded_head_dim(head_dim)
+    cfg = launch_kwargs("total", block_d, q.dtype)
+    launch(total_attention_kernel, triton.cdiv(seq_k, cfg["BLOCK_N"]), batch * heads,
+           q, k, lse, total, sm_scale, *q.stride(), *k.stride(),
+           heads, heads // kv_heads, seq_q, seq_k, head_dim,
+           CAUSAL=causal, BLOCK_D=block_d, EMULATE_BF16=active_profile().emulate_bf16, **cfg)
+    return total
 
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale):
-        out, lse = _forward(q, k, v, causal, sm_scale)
+    def forward(ctx, q, k, v, causal, sm_scale, dropout):
+        out, lse = _forward(q, k, v, causal, sm_scale, dropout)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.sm_scale = causal, sm_scale
+        ctx.causal, ctx.sm_scale, ctx.dropout = causal, sm_scale, dropout
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, do, _dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(q, k, v, out, lse, do, ctx.causal, ctx.sm_scale)
-        return dq, dk, dv, None, None
+        dq, dk, dv = _backward(q, k, v, out, lse, do, ctx.causal, ctx.sm_scale, ctx.dropout)
+        return dq, dk, dv, None, None, None
 
 
-def flash_attention(q, k, v, causal=False, sm_scale=None, return_log_normalizer=False):
-    """Scaled dot-product attention, FlashAttention-2 style, with autograd.
-
-    q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_k, head_dim)
-    with kv_heads dividing heads (MQA/GQA). fp16, bf16 or fp32, all the same.
-    causal: bottom-right aligned mask (key j visible to query i iff
-        j <= i + seq_k - seq_q); rows that see no key give output 0.
-    sm_scale: score scale, default 1/sqrt(head_dim).
-    return_log_normalizer: also return lse = ln(sum_j exp(sm_scale q.k_j)),
-        shape (batch, heads, seq_q), fp32 (-inf for rows that see no key).
-
-    Returns out (like q), or (out, lse).  Strided (non-contiguous) inputs are
-    read in place through their strides, never copied.
-    """
+def _check_arguments(q, k, v, causal, sm_scale) -> float:
+    """Validate everything about the tensors and the mask; return sm_scale."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t)
     tensors = {"q": q, "k": k, "v": v}
@@ -138,9 +139,50 @@ def flash_attention(q, k, v, causal=False, sm_scale=None, return_log_normalizer=
     check_device("q", q, profile)
     check_attention_shapes(q, k, v)
     check_head_dim(q.shape[3], profile)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
-    sm_scale = 1.0 / math.sqrt(q.shape[3]) if sm_scale is None else check_sm_scale(sm_scale)
+    check_flag("causal", causal)
+    return 1.0 / math.sqrt(q.shape[3]) if sm_scale is None else check_sm_scale(sm_scale)
 
-    out, lse = _FlashAttention.apply(q, k, v, causal, sm_scale)
-    return (out, lse) if return_log_normalizer else out
+
+def flash_attention(q, k, v, causal=False, sm_scale=None, return_log_normalizer=False,
+                    return_total_attention=False, dropout_p=0.0, dropout_seed=None):
+    """Scaled dot-product attention, FlashAttention-2 style, with autograd.
+
+    q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_k, head_dim)
+    with kv_heads dividing heads (MQA/GQA). fp16, bf16 or fp32, all the same.
+    Head dims the active backend profile lists (non-powers of two are padded).
+    causal: bottom-right aligned mask (key j visible to query i iff
+        j <= i + seq_k - seq_q); rows that see no key give output 0.
+    sm_scale: score scale, default 1/sqrt(head_dim).
+    return_log_normalizer: also return lse = ln(sum_j exp(sm_scale q.k_j)),
+        shape (batch, heads, seq_q), fp32 (-inf for rows that see no key).
+        Always the un-dropped normalizer.
+    return_total_attention: also return total[b, h, j] = sum_i P_ij, the
+        normalised, un-dropped attention weights summed over the queries,
+        shape (batch, heads, seq_k), fp32; rows that see no key add 0.
+        Not differentiable.
+    dropout_p: probability in [0, 1) of dropping each attention weight; kept
+        weights are scaled by 1/(1 - dropout_p).
+    dropout_seed: int (used mod 2^64) or None to draw one from torch's default
+        CPU generator (so torch.manual_seed makes runs reproducible). The mask
+        is a function of (seed, b*heads + h, i, j) only: the backward, other
+        launch configurations and `kernels.dropout_keep_mask` reproduce it.
+
+    Returns out (like q) when no extra output is asked for; otherwise the tuple
+    (out, lse, total) holding only the requested extras, in that order: e.g.
+    (out, lse) or (out, total).  Strided (non-contiguous) inputs are read in
+    place through their strides, never copied.
+    """
+    sm_scale = _check_arguments(q, k, v, causal, sm_scale)
+    check_flag("return_log_normalizer", return_log_normalizer)
+    check_flag("return_total_attention", return_total_attention)
+    dropout = dropout_params(dropout_p, dropout_seed)
+
+    out, lse = _FlashAttention.apply(q, k, v, causal, sm_scale, dropout)
+    extras = (lse,) if return_log_normalizer else ()
+    if return_total_attention:
+        extras += (_total_attention(q.detach(), k.detach(), lse, causal, sm_scale),)
+    return (out, *extras) if extras else out
+
+
+# How a harness replays this operator's dropout (conformance.dropout looks for it here).
+flash_attention.dropout_keep_mask = dropout_keep_mask

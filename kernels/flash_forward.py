@@ -5,6 +5,11 @@ maintaining the online softmax (running row max m, running row sum l, and an
 un-normalised fp32 accumulator that is rescaled whenever m grows).  The output
 is normalised once at the end, and the log-normalizer lse = ln(sum exp(s)) is
 stored for the backward pass.
+
+With DROPOUT, dropped weights leave the P @ V product but not the row sum: lse
+stays the un-dropped log-normalizer (the backward rebuilds P from it), and the
+1/(1-p) rescale is applied once to the fp32 output rather than to every weight,
+which saves a multiply per element and a rounding before the low-precision cast.
 """
 
 import triton
@@ -14,6 +19,7 @@ from kernels.blocks import (
     LOG2_E,
     causal_key_end,
     compensated_add,
+    dropout_keep,
     head_offset,
     load_head_tile,
     load_tile,
@@ -28,7 +34,8 @@ from kernels.blocks import (
 
 # Sizes are not specialised on: Triton would otherwise compile a new variant for
 # every divisibility pattern of the sequence lengths (509, 1000, 1024, 1, ...).
-@triton.jit(do_not_specialize=["num_heads", "group_size", "seq_q", "seq_k", "head_dim"])
+@triton.jit(do_not_specialize=["num_heads", "group_size", "seq_q", "seq_k", "head_dim",
+                               "seed_lo", "seed_hi", "drop_threshold", "first_batch_head"])
 def flash_forward_kernel(
     Q, K, V, O, LSE,
     sm_scale,
@@ -37,11 +44,14 @@ def flash_forward_kernel(
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
     num_heads, group_size, seq_q, seq_k, head_dim,
-    CAUSAL: tl.constexpr,
+    seed_lo, seed_hi, drop_threshold, keep_scale,
+    first_batch_head,
+    CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     EMULATE_BF16: tl.constexpr,
 ):
-    block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size)
+    block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
+                                                                    first_batch_head)
     k_base = K + head_offset(batch, kv_head, stride_kb, stride_kh)
     v_base = V + head_offset(batch, kv_head, stride_vb, stride_vh)
 
@@ -79,6 +89,9 @@ def flash_forward_kernel(
                                                  tl.sum(p, 1))
 
         v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
+        if DROPOUT:
+            p = tl.where(dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, key_start, BLOCK_N),
+                         p, 0.0)
         # P is rounded to the input dtype for the tensor-core product, as in
         # every fused attention kernel; the accumulator stays fp32.
         p_low = narrow(p, v.dtype, EMULATE_BF16)
@@ -88,6 +101,8 @@ def flash_forward_kernel(
     has_keys = row_sum > 0.0
     safe_sum = tl.where(has_keys, row_sum, 1.0)
     out = acc / safe_sum[:, None]
+    if DROPOUT:
+        out = out * keep_scale
     o_base = O + head_offset(batch, head, stride_ob, stride_oh)
     store_tile(o_base, out, rows, dims, stride_om, stride_od, seq_q, head_dim, EMULATE_BF16)
 

@@ -8,7 +8,7 @@ crash deep inside a kernel or into silent garbage.
 from __future__ import annotations
 
 import math
-
+import numbers
 
 import torch
 
@@ -76,4 +76,27 @@ def check_attention_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
         raise ValueError(f"k: number of kv heads ({kv_heads}) must divide the number of "
                          f"query heads ({heads})")
 
+
+def check_flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    return value
+
+
+def check_dropout_p(p) -> float:
+    """A real number in [0, 1): the probability of dropping an attention weight."""
+    if isinstance(p, (bool, torch.Tensor)) or not isinstance(p, numbers.Real):
+        raise TypeError(f"dropout_p: expected a Python float in [0, 1), got {type(p).__name__}")
+    if not 0.0 <= p < 1.0:  # also rejects NaN
+        raise ValueError(f"dropout_p: expected a probability in [0, 1), got {p}")
+    return float(p)
+
+
+def check_dropout_seed(seed):
+    """None (draw one) or a Python int; ints are used mod 2^64 (Philox's 64-bit key)."""
+    if seed is None:
+        return None
+    if isinstance(seed, (bool, torch.Tensor)) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"dropout_seed: expected an int or None, got {type(seed).__name__}")
+    return int(seed)
 

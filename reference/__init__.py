@@ -6,6 +6,9 @@ FlashAttention kernel does: input-dtype matmul operands, fp32 accumulation and s
 """
 
 from .attention import attention_backward, attention_forward
+from .dropout import Dropout
+from .piecewise import piecewise_backward, piecewise_forward
 from .precision import MATCHED, REFERENCE, Precision
 
-__all__ = ["Precision", "REFERENCE", "MATCHED", "attention_forward", "attention_backward"]
+__all__ = ["Dropout", "Precision", "REFERENCE", "MATCHED", "attention_forward", "attention_backward",
+           "piecewise_forward", "piecewise_backward"]

@@ -11,6 +11,11 @@ Blocks are a range of units times a range of query rows, against all (visible) k
 Causal masking is bottom-right aligned (FlashAttention-2 >= 2.1): key j is visible to query i iff
 j <= i + (Sk - Sq). A query with no visible key gets out = 0, lse = -inf and contributes nothing
 to any gradient.
+
+Dropout (``reference.Dropout``) replays a given keep mask Z, fetched chunk by chunk: out =
+c (Z * P) V with c = 1 / (1 - p); lse and the total attention stay those of the un-dropped P.
+As in the kernel, P is masked (exactly) before it is rounded for P @ V, and c multiplies the
+accumulated product, not each weight.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from typing import Optional, Tuple
 import torch
 
 from .chunking import DEFAULT_MAX_CHUNK_BYTES, ChunkPlan, plan_chunks, spans
+from .dropout import Dropout
 from .precision import REFERENCE, Precision
 from .tf32 import ieee_fp32_matmul
-from .validation import Dims, check_backward_args, check_options, check_qkv
+from .validation import Dims, check_backward_args, check_dropout, check_options, check_qkv
 
 Tensor = torch.Tensor
 
@@ -38,6 +44,7 @@ class _Setup:
     precision: Precision
     input_dtype: torch.dtype
     plan: ChunkPlan
+    dropout: Optional[Dropout] = None
 
     @property
     def acc(self) -> torch.dtype:
@@ -59,14 +66,26 @@ class _Setup:
             return self.dims.sk
         return max(0, min(self.dims.sk, row_stop + self.dims.sk - self.dims.sq))
 
+    def keep(self, units: Tuple[int, int], rows: Tuple[int, int], key_end: int,
+             device: torch.device) -> Optional[Tensor]:
+        """The dropout keep mask of a block as (n, G, rows, key_end), or None without dropout.
+
+        Units u0:u1 hold the query heads b * H + h in [u0 * G, u1 * G): a contiguous range."""
+        if self.dropout is None:
+            return None
+        g = self.dims.group
+        mask = self.dropout.chunk((units[0] * g, units[1] * g), rows, (0, key_end), device)
+        return mask.view(units[1] - units[0], g, rows[1] - rows[0], key_end)
+
 
 def _setup(q: Tensor, k: Tensor, v: Tensor, causal: bool, sm_scale: Optional[float],
-           precision: Precision, max_chunk_bytes: int) -> _Setup:
+           precision: Precision, max_chunk_bytes: int, dropout: Optional[Dropout]) -> _Setup:
     dims = check_qkv(q, k, v)
     scale = check_options(dims.head_dim, sm_scale, precision, max_chunk_bytes)
+    check_dropout(dropout)
     elem_bytes = torch.finfo(precision.accumulate_dtype).bits // 8
     plan = plan_chunks(dims.units, dims.group, dims.sq, dims.sk, elem_bytes, max_chunk_bytes)
-    return _Setup(dims, scale, bool(causal), precision, q.dtype, plan)
+    return _Setup(dims, scale, bool(causal), precision, q.dtype, plan, dropout)
 
 
 def _grouped(x: Tensor, dims: Dims) -> Tensor:
@@ -98,18 +117,25 @@ def _probabilities(s: Tensor, lse: Tensor) -> Tensor:
     return s.sub_(finite_lse.unsqueeze(-1)).exp_()
 
 
-def _forward_block(st: _Setup, qb: Tensor, kb: Tensor, vb: Tensor,
-                   row_start: int) -> Tuple[Tensor, Tensor]:
-    """One block of the forward: qb (n, G, rows, D) -> out (n, G, rows, D), lse (n, G, rows).
+def _forward_block(st: _Setup, qb: Tensor, kb: Tensor, vb: Tensor, row_start: int,
+                   keep: Optional[Tensor], want_total: bool) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+    """One block of the forward: qb (n, G, rows, D) -> out (n, G, rows, D), lse (n, G, rows)
+    and, if ``want_total``, the column sums of P (n, G, Sk').
 
-    Both in the accumulate dtype; P is rounded per the precision before P @ V.
+    All in the accumulate dtype; P is rounded per the precision before P @ V (after the keep
+    mask, if any: masking is exact).
     """
     n, g, rows, d = qb.shape
     s = _scores(st, qb, kb, row_start)
     lse = torch.logsumexp(s, dim=-1)
     p = _probabilities(s, lse)
+    column_sums = p.sum(dim=-2) if want_total else None
+    if keep is not None:
+        p.mul_(keep)
     out = torch.matmul(st.rounded(p).view(n, g * rows, -1), vb)
-    return out.view(n, g, rows, d), lse
+    if keep is not None:
+        out.mul_(st.dropout.keep_scale)
+    return out.view(n, g, rows, d), lse, column_sums
 
 
 @torch.no_grad()
@@ -121,7 +147,9 @@ def attention_forward(
     sm_scale: Optional[float] = None,
     precision: Precision = REFERENCE,
     max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
-) -> Tuple[Tensor, Tensor]:
+    dropout: Optional[Dropout] = None,
+    return_total: bool = False,
+) -> Tuple[Tensor, ...]:
     """softmax(sm_scale * q k^T) v, computed in blocks at the given precision.
 
     Args:
@@ -130,47 +158,66 @@ def attention_forward(
         sm_scale: defaults to 1 / sqrt(D).
         precision: REFERENCE (float64 throughout) or MATCHED (what a fused kernel does).
         max_chunk_bytes: budget for the score-sized temporaries of one block.
+        dropout: a ``reference.Dropout`` whose keep mask is replayed, or None.
+        return_total: also return the total attention sum_i P_ij.
 
     Returns:
         out (B, H, Sq, D) in ``precision``'s output dtype (float64 for REFERENCE, the input
-        dtype for MATCHED) and lse (B, H, Sq), the natural-log softmax normaliser, in its
-        accumulate dtype (float64 resp. float32).
+        dtype for MATCHED) and lse (B, H, Sq), the natural-log softmax normaliser (of the
+        un-dropped weights), in its accumulate dtype (float64 resp. float32); with
+        ``return_total`` also total (B, H, Sk) = the normalised, un-dropped weights summed over
+        the queries, in the accumulate dtype (rows that see no key add 0).
     """
-    st = _setup(q, k, v, causal, sm_scale, precision, max_chunk_bytes)
+    st = _setup(q, k, v, causal, sm_scale, precision, max_chunk_bytes, dropout)
     dims = st.dims
     qg = _grouped(q, dims)
     kg = k.reshape(dims.units, dims.sk, dims.head_dim)
     vg = v.reshape(dims.units, dims.sk, dims.head_dim)
     out = torch.empty(qg.shape, dtype=st.out_dtype, device=q.device)
     lse = torch.empty(qg.shape[:3], dtype=st.acc, device=q.device)
+    # Column sums accumulate over row blocks in the accumulate dtype (fp32 in MATCHED, as
+    # the kernel's), un-rounded: the kernel never rounds P for them.
+    total = torch.zeros((dims.units, dims.group, dims.sk), dtype=st.acc, device=q.device)
     with ieee_fp32_matmul():
         for u0, u1 in spans(dims.units, st.plan.units):
             kb, vb = st.operand(kg[u0:u1]), st.operand(vg[u0:u1])
             for r0, r1 in spans(dims.sq, st.plan.rows):
                 e = st.key_end(r1)
                 qb = st.operand(qg[u0:u1, :, r0:r1])
-                o, l = _forward_block(st, qb, kb[:, :e], vb[:, :e], r0)
+                keep = st.keep((u0, u1), (r0, r1), e, q.device)
+                o, l, cols = _forward_block(st, qb, kb[:, :e], vb[:, :e], r0, keep, return_total)
                 out[u0:u1, :, r0:r1] = o
                 lse[u0:u1, :, r0:r1] = l
-    return out.view(q.shape), lse.view(q.shape[:3])
+                if return_total:
+                    total[u0:u1, :, :e] += cols
+    result = (out.view(q.shape), lse.view(q.shape[:3]))
+    return result + (total.view(*q.shape[:2], dims.sk),) if return_total else result
 
 
 def _backward_block(st: _Setup, blk: Tuple[Tensor, ...], kb: Tensor, vb: Tensor,
                     dk_acc: Tensor, dv_acc: Tensor, row_start: int) -> Tensor:
     """One block of a FlashAttention-2 style backward; returns dq (n, G, rows, D), unrounded.
 
-    ``blk`` = (q, out, do) as (n, G, rows, D) and lse (n, G, rows), all in the accumulate dtype.
-    kb, vb (n, Sk', D). dK (without sm_scale) and dV are added into dk_acc, dv_acc (n, Sk', D)
-    in the accumulate dtype, which sums over the G query heads of the unit and over row blocks.
+    ``blk`` = (q, out, do) as (n, G, rows, D), lse (n, G, rows), all in the accumulate dtype,
+    and the keep mask (n, G, rows, Sk') or None. kb, vb (n, Sk', D). dK (without sm_scale) and
+    dV (without the keep scale) are added into dk_acc, dv_acc (n, Sk', D) in the accumulate
+    dtype, which sums over the G query heads of the unit and over row blocks.
+
+    With dropout, dP = c Z (dO V^T) and dV += (Z P)^T dO; delta = rowsum(dO * O) is unchanged.
     """
-    qb, ob, dob, lse = blk
+    qb, ob, dob, lse, keep = blk
     n, g, rows, d = qb.shape
     m = g * rows
     q2, do2 = qb.reshape(n, m, d), dob.reshape(n, m, d)
     delta = (dob * ob).sum(dim=-1, keepdim=True)
     p = _probabilities(_scores(st, qb, kb, row_start), lse)
+    dp = torch.matmul(do2, vb.mT).view(p.shape)
+    if keep is not None:
+        dp.mul_(keep).mul_(st.dropout.keep_scale)
+    ds = dp.sub_(delta).mul_(p)
+    if keep is not None:
+        p.mul_(keep)  # P as it entered P @ V; in place, as the unmasked P is no longer needed
     dv_acc += torch.matmul(st.rounded(p).view(n, m, -1).mT, do2)
-    ds = torch.matmul(do2, vb.mT).view(p.shape).sub_(delta).mul_(p)
     del p
     ds = st.rounded(ds).view(n, m, -1)
     dk_acc += torch.matmul(ds.mT, q2)
@@ -189,11 +236,13 @@ def attention_backward(
     sm_scale: Optional[float] = None,
     precision: Precision = REFERENCE,
     max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
+    dropout: Optional[Dropout] = None,
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """Gradients of attention_forward w.r.t. q, k, v, computed in blocks at the given precision.
 
     Args:
-        q, k, v, causal, sm_scale, precision, max_chunk_bytes: as for ``attention_forward``.
+        q, k, v, causal, sm_scale, precision, max_chunk_bytes, dropout: as for
+            ``attention_forward`` (the same dropout mask as the forward that gave ``out``).
         out: (B, H, Sq, D) and lse: (B, H, Sq) from ``attention_forward`` at the same precision
             (the forward is not recomputed; P is rebuilt from lse as a FlashAttention-2 backward
             does). do: (B, H, Sq, D), the gradient of out.
@@ -203,7 +252,7 @@ def attention_backward(
         and dv sum the contributions of every query head in the group. dK/dV accumulate over
         query blocks in the accumulate dtype and are rounded once at the end.
     """
-    st = _setup(q, k, v, causal, sm_scale, precision, max_chunk_bytes)
+    st = _setup(q, k, v, causal, sm_scale, precision, max_chunk_bytes, dropout)
     check_backward_args(q, out, do, lse)
     dims = st.dims
     qg, og, dog, lg = (_grouped(x, dims) for x in (q, out, do, lse))
@@ -220,9 +269,9 @@ def attention_backward(
             for r0, r1 in spans(dims.sq, st.plan.rows):
                 e = st.key_end(r1)
                 blk = tuple(st.operand(x[u0:u1, :, r0:r1]) for x in (qg, og, dog))
-                blk += (lg[u0:u1, :, r0:r1].to(st.acc),)
+                blk += (lg[u0:u1, :, r0:r1].to(st.acc), st.keep((u0, u1), (r0, r1), e, q.device))
                 dq[u0:u1, :, r0:r1] = _backward_block(
                     st, blk, kb[:, :e], vb[:, :e], dk_acc[:, :e], dv_acc[:, :e], r0)
             dk[u0:u1] = dk_acc.mul_(st.scale)
-            dv[u0:u1] = dv_acc
+            dv[u0:u1] = dv_acc.mul_(st.dropout.keep_scale) if st.dropout is not None else dv_acc
     return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)

@@ -112,3 +112,16 @@ def check_options(
     if not math.isfinite(scale):
         raise ValueError(f"sm_scale must be finite, got {sm_scale!r}")
     return scale
+
+
+def check_dropout(dropout: object) -> None:
+    """None, or a ``reference.Dropout`` (anything with a probability ``p`` in [0, 1) and a
+    ``chunk`` method, so a harness may wrap it, e.g. to record keep rates)."""
+    if dropout is None:
+        return
+    p = getattr(dropout, "p", None)
+    if not callable(getattr(dropout, "chunk", None)) or not isinstance(p, numbers.Real):
+        raise TypeError(f"dropout must be a reference.Dropout or None, got {type(dropout).__name__}")
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout.p must be in [0, 1), got {p!r}")
+

@@ -12,6 +12,9 @@ from conformance.backends import INTERPRETER, activate, cuda_profile
 PROFILE = activate()  # must precede `import kernels` (sets TRITON_INTERPRET=1 on CPU)
 
 import kernels  # noqa: E402
+import kernels.launch  # noqa: E402
+from conformance.rule import UNIT_ROUNDOFF  # noqa: E402
+from kernel_checks import assert_rule, judge_kernel, kernel_tensors, make_qkv  # noqa: E402
 from kernels.validation import check_device  # noqa: E402
 
 DEVICE = PROFILE.device
@@ -38,6 +41,26 @@ def qkv(batch=1, heads=2, kv_heads=2, seq_q=40, seq_k=40, head_dim=16, dtype=tor
 def test_bad_arguments_are_named(mutate, error, match):
     with pytest.raises(error, match=match):
         kernels.flash_attention(*mutate(*qkv()))
+
+
+@pytest.mark.parametrize(
+    "options, error, match",
+    [
+        (dict(dropout_p=1.0), ValueError, r"dropout_p: expected a probability in \[0, 1\), got 1.0"),
+        (dict(dropout_p=-0.1), ValueError, r"dropout_p: expected a probability in \[0, 1\), got -0.1"),
+        (dict(dropout_p=float("nan")), ValueError, r"dropout_p: expected a probability in \[0, 1\)"),
+        (dict(dropout_p="0.1"), TypeError, r"dropout_p: expected a Python float in \[0, 1\), got str"),
+        (dict(dropout_p=True), TypeError, r"dropout_p: expected a Python float in \[0, 1\), got bool"),
+        (dict(dropout_p=0.1, dropout_seed=1.5), TypeError, r"dropout_seed: expected an int or None, got float"),
+        (dict(dropout_seed="7"), TypeError, r"dropout_seed: expected an int or None, got str"),
+        (dict(return_log_normalizer=1), TypeError, r"return_log_normalizer: expected a bool, got int"),
+        (dict(return_total_attention="yes"), TypeError, r"return_total_attention: expected a bool, got str"),
+        (dict(causal=None), TypeError, r"causal: expected a bool, got NoneType"),
+    ],
+)
+def test_bad_options_are_named(options, error, match):
+    with pytest.raises(error, match=match):
+        kernels.flash_attention(*qkv(), **options)
 
 
 def test_unsupported_head_dim_lists_supported_ones():
@@ -97,3 +120,42 @@ def test_interpreter_profile_documents_its_bf16_workarounds():
     assert INTERPRETER.emulate_bf16
     assert any("tl.dot on bf16" in note for note in INTERPRETER.notes)
     assert any("truncation" in note for note in INTERPRETER.notes)
+
+
+@pytest.mark.parametrize("head_dim", [96, 192, 256])
+def test_padded_and_large_head_dims_follow_the_rule(head_dim):
+    """Non-powers of two run padded to the next power of two, the padding masked."""
+    q, k, v, do = make_qkv(1, 2, 1, 40, 50, head_dim, torch.bfloat16, seed=head_dim)
+    assert_rule(judge_kernel(q, k, v, do, causal=True, total=True))
+
+
+@pytest.mark.parametrize("seq_q,seq_k", [(1, 1), (1, 77), (77, 1)])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_single_query_or_single_key(seq_q, seq_k, causal):
+    """out and the gradients by the rule.  lse (at Sk = 1 it is the score itself) and total
+    (at Sq = 1 one row of P) are fp32 values whose error is the fp32 rounding of a D-term
+    score dot, whose size depends on the summation order BLAS picks (the interpreter's
+    tiles sum sequentially, torch's gemv does not): up to 3-4x torch's error over 8 seeds.
+    They are held to 1e-5 relative, which any wrong formula or mask exceeds."""
+    q, k, v, do = make_qkv(2, 4, 2, seq_q, seq_k, 32, torch.float16, seed=seq_q + seq_k)
+    records = judge_kernel(q, k, v, do, causal, total=True)
+    assert_rule({name: records.pop(name) for name in ("out", "dq", "dk", "dv")})
+    for name, record in records.items():
+        max_ref = record["floor"] / UNIT_ROUNDOFF["fp32"]
+        assert record["kernel_err"] <= 1e-5 * max(1.0, max_ref), (name, record)
+
+
+def test_batch_heads_beyond_one_launch_are_split(monkeypatch):
+    """CUDA's grid axis 1 holds at most 65,535 batch x head slices; more take several
+    launches, each told where its slices start.  With the limit lowered to 3, B*H = 10
+    (and B*Hkv = 5) need 4 (2) launches, and every result is bitwise the single-launch one."""
+    q, k, v, do = make_qkv(5, 2, 1, 33, 20, 16, torch.float16, seed=9)
+    options = dict(p=0.25, seed=77, total=True)
+    whole = kernel_tensors(q, k, v, do, True, **options)
+    whole_mask = kernels.dropout_keep_mask(77, 0.25, 5, 2, 33, 20, device=DEVICE)
+    monkeypatch.setattr(kernels.launch, "MAX_GRID_BATCH_HEADS", 3)
+    split = kernel_tensors(q, k, v, do, True, **options)
+    for name, tensor in whole.items():
+        assert torch.equal(split[name], tensor), name
+    assert torch.equal(kernels.dropout_keep_mask(77, 0.25, 5, 2, 33, 20, device=DEVICE), whole_mask)
+

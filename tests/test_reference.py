@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from reference import MATCHED, REFERENCE, Precision, attention_backward, attention_forward
+from reference import MATCHED, REFERENCE, Dropout, Precision, attention_backward, attention_forward
 from reference.chunking import LIVE_SCORE_BLOCKS, plan_chunks
 from reference.tf32 import ieee_fp32_matmul
 
@@ -33,11 +33,13 @@ def make_inputs(seed, b=2, h=4, hkv=2, sq=32, sk=32, d=16, dtype=torch.float64, 
     return q, k, v, do
 
 
-def naive_attention(q, k, v, causal, sm_scale=None):
-    """Dense float64 oracle, differentiable: returns out (B,H,Sq,D) and lse (B,H,Sq).
+def naive_attention(q, k, v, causal, sm_scale=None, keep=None, p_drop=0.0, with_total=False):
+    """Dense float64 oracle, differentiable: returns out (B,H,Sq,D) and lse (B,H,Sq) (and the
+    total attention (B,H,Sk) if ``with_total``).
 
     Independent of the implementation: it repeats kv heads, builds the whole score matrix and uses
-    torch.softmax; rows with no visible key are forced to out = 0 and lse = -inf.
+    torch.softmax; rows with no visible key are forced to out = 0 and lse = -inf. ``keep``
+    (B,H,Sq,Sk) is a dropout keep mask: out = (keep * P / (1 - p_drop)) @ v.
     """
     sq, sk, d = q.shape[2], k.shape[2], q.shape[3]
     group = q.shape[1] // k.shape[1]
@@ -51,13 +53,14 @@ def naive_attention(q, k, v, causal, sm_scale=None):
     s = s.masked_fill(~visible, float("-inf")).masked_fill(empty[:, None], 0.0)
     p = torch.softmax(s, dim=-1) * (~empty)[:, None]
     lse = torch.logsumexp(s, dim=-1).masked_fill(empty, float("-inf"))
-    return p @ v, lse
+    weights = p if keep is None else p * keep / (1 - p_drop)
+    return (weights @ v, lse) + ((p.sum(dim=-2),) if with_total else ())
 
 
-def oracle(q, k, v, do, causal, sm_scale=None):
+def oracle(q, k, v, do, causal, sm_scale=None, keep=None, p_drop=0.0):
     """Oracle out, lse, dq, dk, dv in float64 via autograd."""
     q, k, v = (x.detach().double().requires_grad_() for x in (q, k, v))
-    out, lse = naive_attention(q, k, v, causal, sm_scale)
+    out, lse = naive_attention(q, k, v, causal, sm_scale, keep, p_drop)
     dq, dk, dv = torch.autograd.grad(out, (q, k, v), do.double())
     return out.detach(), lse.detach(), dq, dk, dv
 
@@ -114,6 +117,79 @@ def test_inputs_requiring_grad_are_accepted_and_untouched():
     out, lse = attention_forward(q, k, v)
     attention_backward(q, k, v, out, do, lse)
     assert not out.requires_grad and q.grad is None
+
+
+# ---------------------------------------------------------------------------------------------
+# dropout replay and total attention
+
+
+def random_keep(seed, shape, p_drop):
+    return torch.rand(shape, generator=torch.Generator().manual_seed(seed)) >= p_drop
+
+
+@pytest.mark.parametrize("max_chunk_bytes", [2**30, 5000], ids=["whole", "chunked"])
+@pytest.mark.parametrize("sq,sk", [(37, 29), (29, 37)])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_dropout_replay_matches_oracle(causal, sq, sk, max_chunk_bytes):
+    q, k, v, do = make_inputs(seed=sq + sk, b=2, h=4, hkv=2, sq=sq, sk=sk, d=16)
+    keep = random_keep(1, (2, 4, sq, sk), 0.3)
+    dropout = Dropout.from_dense(0.3, keep)
+    got = run(q, k, v, do, causal, dropout=dropout, max_chunk_bytes=max_chunk_bytes)
+    want = oracle(q, k, v, do, causal, keep=keep.double(), p_drop=0.3)
+    for name, g, w in zip(NAMES, got, want):
+        assert max_err(g, w) <= F64_TOL, (name, max_err(g, w))
+    # lse is the un-dropped normaliser.
+    assert max_err(got[1], run(q, k, v, do, causal, max_chunk_bytes=max_chunk_bytes)[1]) == 0.0
+
+
+def test_dropout_keep_mask_is_asked_for_chunks_only():
+    q, k, v, do = make_inputs(seed=2, b=1, h=4, hkv=2, sq=40, sk=24, d=16)
+    keep = random_keep(2, (1, 4, 40, 24), 0.5)
+    asked = []
+
+    def keep_mask(batch_heads, rows, keys):
+        asked.append((batch_heads, rows, keys))
+        return keep.reshape(4, 40, 24)[slice(*batch_heads), slice(*rows), slice(*keys)]
+
+    attention_forward(q, k, v, causal=True, dropout=Dropout(0.5, keep_mask), max_chunk_bytes=5000)
+    assert len(asked) > 1 and all(r1 - r0 < 40 for _, (r0, r1), _ in asked)
+    assert all(b1 - b0 == 2 and b0 % 2 == 0 for (b0, b1), _, _ in asked)  # one kv unit = 2 heads
+
+
+@pytest.mark.parametrize("precision", [REFERENCE, MATCHED], ids=["reference", "matched"])
+def test_matched_dropout_rounds_the_dropped_weights(precision):
+    q, k, v, do = make_inputs(seed=3, b=1, h=2, hkv=2, sq=32, sk=48, d=16, dtype=torch.float16)
+    keep = random_keep(3, (1, 2, 32, 48), 0.2)
+    got = run(q, k, v, do, True, precision, dropout=Dropout.from_dense(0.2, keep))
+    want = oracle(q, k, v, do, True, keep=keep.double(), p_drop=0.2)
+    tol = 1e-10 if precision is REFERENCE else 1e-2
+    for name, g, w in zip(NAMES, got, want):
+        assert g.dtype == (torch.float64 if precision is REFERENCE else
+                           torch.float32 if name == "lse" else torch.float16), name
+        assert max_err(g, w) <= tol * max(1.0, w[torch.isfinite(w)].abs().max().item()), name
+
+
+@pytest.mark.parametrize("precision", [REFERENCE, MATCHED], ids=["reference", "matched"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_total_attention_matches_oracle(causal, precision):
+    q, k, v, _ = make_inputs(seed=4, b=2, h=4, hkv=1, sq=45, sk=30, d=16)  # causal: 15 empty rows
+    out, lse, total = attention_forward(q, k, v, causal=causal, precision=precision, return_total=True,
+                                        max_chunk_bytes=5000)
+    _, _, want = naive_attention(q, k, v, causal, with_total=True)
+    assert total.shape == (2, 4, 30) and total.dtype == precision.accumulate_dtype
+    assert max_err(total, want) <= (1e-12 if precision is REFERENCE else 1e-5)
+
+
+def test_dropout_arguments_are_checked():
+    q, k, v, do = make_inputs(seed=5)
+    with pytest.raises(TypeError, match=r"dropout must be a reference.Dropout or None, got float"):
+        attention_forward(q, k, v, dropout=0.1)
+    with pytest.raises(ValueError, match=r"dropout.p must be in \[0, 1\), got 1.0"):
+        attention_forward(q, k, v, dropout=Dropout(1.0, lambda **_: None))
+    wrong = Dropout(0.1, lambda batch_heads, rows, keys: torch.ones(1, 1, 1, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"dropout.keep_mask: expected a bool tensor "
+                       r"of shape \(8, 32, 32\), got torch.bool \(1, 1, 1\)"):
+        attention_forward(q, k, v, dropout=wrong)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,42 @@
+"""Launching the bundled kernels: tile shapes from the backend profile, and grids
+that respect CUDA's limits.
+
+Every kernel runs one program per (sequence block, batch x head slice): grid axis 0
+walks the blocks of one slice, axis 1 the slices, so programs that share K/V (or Q)
+run next to each other and hit the same L2 lines.  CUDA caps grid axes 1 and 2 at
+65,535, so B*H (or B*Hkv) beyond that is covered by several launches, each told
+where its slices start (`first_batch_head`, read by blocks.program_coordinates).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from conformance.backends import active_profile
+from kernels.validation import DTYPE_NAMES
+
+# CUDA's limit on gridDim.y.  A module constant so tests can lower it and prove the
+# split on the interpreter without launching 65,536 slices.
+MAX_GRID_BATCH_HEADS = 65535
+
+
+def padded_head_dim(head_dim: int) -> int:
+    """BLOCK_D: tl.arange and tl.dot need a power of two >= 16; padding lanes are masked
+    on load and store and are 0 in every product, so 96 and 192 are exact."""
+    return max(16, triton.next_power_of_2(head_dim))
+
+
+def launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype) -> dict:
+    """BLOCK_M, BLOCK_N, num_warps, num_stages of `kernel` on the active backend."""
+    cfg = active_profile().launch_config(kernel, block_d, DTYPE_NAMES[dtype])
+    return dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+def launch(kernel, blocks: int, batch_heads: int, *args, **kwargs) -> None:
+    """kernel[(blocks, n)](*args, first_batch_head=..., **kwargs), in as many launches
+    of n <= MAX_GRID_BATCH_HEADS slices as it takes to cover `batch_heads`."""
+    for first in range(0, batch_heads, MAX_GRID_BATCH_HEADS):
+        count = min(MAX_GRID_BATCH_HEADS, batch_heads - first)
+        kernel[(blocks, count)](*args, first_batch_head=first, **kwargs)

@@ -1,0 +1,152 @@
+"""Piecewise attention backward: a dK/dV kernel and a dQ kernel (the delta
+pre-pass is the flash backward's `delta_kernel`, unchanged).
+
+As in the flash backward, P is rebuilt from the stored log-normalizer and
+dS = P (dO . V - delta); dS then splits along the band: its near part feeds
+dQ1 = scale dS_near K1 and dK1 = scale dS_near^T Q1, its far part dQ2 and dK2.
+Every gradient element is owned by one program (no atomics); with GQA a dK/dV
+program loops over the query heads sharing its kv head.
+"""
+
+import triton
+import triton.language as tl
+
+from kernels.blocks import (
+    causal_key_end,
+    causal_query_start,
+    head_offset,
+    load_head_tile,
+    load_row_stat,
+    load_tile,
+    mma,
+    narrow,
+    program_coordinates,
+    score_gradient,
+    store_tile,
+    visible,
+)
+from kernels.piecewise_blocks import (
+    band_part,
+    near_pairs,
+    piecewise_raw_scores,
+    probabilities_from_raw,
+)
+
+
+@triton.jit(do_not_specialize=["dist_threshold", "num_heads", "num_kv_heads", "group_size",
+                               "seq_q", "seq_k", "head_dim", "first_batch_head"])
+def piecewise_dkdv_kernel(
+    Q1, K1, Q2, K2, V, DO, LSE, DELTA, DK1, DK2, DV,
+    sm_scale, dist_threshold,
+    stride_q1b, stride_q1h, stride_q1m, stride_q1d,
+    stride_k1b, stride_k1h, stride_k1n, stride_k1d,
+    stride_q2b, stride_q2h, stride_q2m, stride_q2d,
+    stride_k2b, stride_k2h, stride_k2n, stride_k2d,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_gb, stride_gh, stride_gn, stride_gd,  # shared by DK1, DK2, DV (one allocation shape)
+    num_heads, num_kv_heads, group_size, seq_q, seq_k, head_dim,
+    first_batch_head,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+):
+    block_n, _, batch, kv_head, _ = program_coordinates(num_kv_heads, 1, first_batch_head)
+    col_start = block_n * BLOCK_N
+    cols = col_start + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, BLOCK_D)
+    k1 = load_head_tile(K1, batch, kv_head, stride_k1b, stride_k1h, cols, dims, stride_k1n, stride_k1d,
+                        seq_k, head_dim)
+    k2 = load_head_tile(K2, batch, kv_head, stride_k2b, stride_k2h, cols, dims, stride_k2n, stride_k2d,
+                        seq_k, head_dim)
+    v = load_head_tile(V, batch, kv_head, stride_vb, stride_vh, cols, dims, stride_vn, stride_vd,
+                       seq_k, head_dim)
+    dk1 = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    dk2 = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+
+    query_start = causal_query_start(col_start, seq_q, seq_k, BLOCK_M, CAUSAL)
+    for member in range(0, group_size):
+        head = kv_head * group_size + member
+        q1_base = Q1 + head_offset(batch, head, stride_q1b, stride_q1h)
+        q2_base = Q2 + head_offset(batch, head, stride_q2b, stride_q2h)
+        do_base = DO + head_offset(batch, head, stride_dob, stride_doh)
+        stats = (batch * num_heads + head).to(tl.int64) * seq_q
+        for row_start in range(query_start, seq_q, BLOCK_M):
+            rows = row_start + tl.arange(0, BLOCK_M)
+            q1 = load_tile(q1_base, rows, dims, stride_q1m, stride_q1d, seq_q, head_dim)
+            q2 = load_tile(q2_base, rows, dims, stride_q2m, stride_q2d, seq_q, head_dim)
+            do = load_tile(do_base, rows, dims, stride_dom, stride_dod, seq_q, head_dim)
+            lse = load_row_stat(LSE + stats, rows, seq_q, float("-inf"))
+            delta = load_row_stat(DELTA + stats, rows, seq_q, 0.0)
+
+            near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
+            s = piecewise_raw_scores(q1, k1, q2, k2, near, EMULATE_BF16)
+            p = probabilities_from_raw(s, lse, visible(rows, cols, seq_q, seq_k, CAUSAL), sm_scale)
+            dv = mma(tl.trans(narrow(p, do.dtype, EMULATE_BF16)), do, dv, EMULATE_BF16)
+            ds = score_gradient(p, do, v, delta, EMULATE_BF16)
+            dk1 = mma(tl.trans(band_part(ds, near, True, q1.dtype, EMULATE_BF16)), q1, dk1,
+                      EMULATE_BF16)
+            dk2 = mma(tl.trans(band_part(ds, near, False, q2.dtype, EMULATE_BF16)), q2, dk2,
+                      EMULATE_BF16)
+
+    grads = head_offset(batch, kv_head, stride_gb, stride_gh)
+    store_tile(DK1 + grads, dk1 * sm_scale, cols, dims, stride_gn, stride_gd, seq_k, head_dim, EMULATE_BF16)
+    store_tile(DK2 + grads, dk2 * sm_scale, cols, dims, stride_gn, stride_gd, seq_k, head_dim, EMULATE_BF16)
+    store_tile(DV + grads, dv, cols, dims, stride_gn, stride_gd, seq_k, head_dim, EMULATE_BF16)
+
+
+@triton.jit(do_not_specialize=["dist_threshold", "num_heads", "group_size", "seq_q", "seq_k",
+                               "head_dim", "first_batch_head"])
+def piecewise_dq_kernel(
+    Q1, K1, Q2, K2, V, DO, LSE, DELTA, DQ1, DQ2,
+    sm_scale, dist_threshold,
+    stride_q1b, stride_q1h, stride_q1m, stride_q1d,
+    stride_k1b, stride_k1h, stride_k1n, stride_k1d,
+    stride_q2b, stride_q2h, stride_q2m, stride_q2d,
+    stride_k2b, stride_k2h, stride_k2n, stride_k2d,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_gb, stride_gh, stride_gm, stride_gd,  # shared by DQ1, DQ2
+    num_heads, group_size, seq_q, seq_k, head_dim,
+    first_batch_head,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+):
+    block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
+                                                                    first_batch_head)
+    row_start = block_m * BLOCK_M
+    rows = row_start + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    q1 = load_head_tile(Q1, batch, head, stride_q1b, stride_q1h, rows, dims, stride_q1m, stride_q1d,
+                        seq_q, head_dim)
+    q2 = load_head_tile(Q2, batch, head, stride_q2b, stride_q2h, rows, dims, stride_q2m, stride_q2d,
+                        seq_q, head_dim)
+    do = load_head_tile(DO, batch, head, stride_dob, stride_doh, rows, dims, stride_dom, stride_dod,
+                        seq_q, head_dim)
+    stats = batch_head.to(tl.int64) * seq_q
+    lse = load_row_stat(LSE + stats, rows, seq_q, float("-inf"))
+    delta = load_row_stat(DELTA + stats, rows, seq_q, 0.0)
+    k1_base = K1 + head_offset(batch, kv_head, stride_k1b, stride_k1h)
+    k2_base = K2 + head_offset(batch, kv_head, stride_k2b, stride_k2h)
+    v_base = V + head_offset(batch, kv_head, stride_vb, stride_vh)
+    dq1 = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    dq2 = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+
+    key_end = causal_key_end(row_start + BLOCK_M, seq_q, seq_k, CAUSAL)
+    for key_start in range(0, key_end, BLOCK_N):
+        cols = key_start + tl.arange(0, BLOCK_N)
+        k1 = load_tile(k1_base, cols, dims, stride_k1n, stride_k1d, seq_k, head_dim)
+        k2 = load_tile(k2_base, cols, dims, stride_k2n, stride_k2d, seq_k, head_dim)
+        v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
+        near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
+        s = piecewise_raw_scores(q1, k1, q2, k2, near, EMULATE_BF16)
+        p = probabilities_from_raw(s, lse, visible(rows, cols, seq_q, seq_k, CAUSAL), sm_scale)
+        ds = score_gradient(p, do, v, delta, EMULATE_BF16)
+        dq1 = mma(band_part(ds, near, True, k1.dtype, EMULATE_BF16), k1, dq1, EMULATE_BF16)
+        dq2 = mma(band_part(ds, near, False, k2.dtype, EMULATE_BF16), k2, dq2, EMULATE_BF16)
+
+    grads = head_offset(batch, head, stride_gb, stride_gh)
+    store_tile(DQ1 + grads, dq1 * sm_scale, rows, dims, stride_gm, stride_gd, seq_q, head_dim, EMULATE_BF16)
+    store_tile(DQ2 + grads, dq2 * sm_scale, rows, dims, stride_gm, stride_gd, seq_q, head_dim, EMULATE_BF16)

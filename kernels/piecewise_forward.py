@@ -1,0 +1,82 @@
+"""Piecewise attention forward: one program per (query block, batch x head).
+
+The flash forward's online softmax, with each tile's scores selected per pair
+from q1 . k1 (inside the distance band) or q2 . k2 (outside it).  The
+log-normalizer is stored for the backward pass.
+"""
+
+import triton
+import triton.language as tl
+
+from kernels.blocks import (
+    LOG2_E,
+    causal_key_end,
+    head_offset,
+    load_head_tile,
+    load_tile,
+    program_coordinates,
+    store_tile,
+    visible,
+)
+from kernels.piecewise_blocks import (
+    finished_rows,
+    near_pairs,
+    online_softmax_step,
+    piecewise_raw_scores,
+)
+
+
+# Sizes (and the threshold) are not specialised on: one compile per shape family.
+@triton.jit(do_not_specialize=["dist_threshold", "num_heads", "group_size", "seq_q", "seq_k", "head_dim",
+                               "first_batch_head"])
+def piecewise_forward_kernel(
+    Q1, K1, Q2, K2, V, O, LSE,
+    sm_scale, dist_threshold,
+    stride_q1b, stride_q1h, stride_q1m, stride_q1d,
+    stride_k1b, stride_k1h, stride_k1n, stride_k1d,
+    stride_q2b, stride_q2h, stride_q2m, stride_q2d,
+    stride_k2b, stride_k2h, stride_k2n, stride_k2d,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    num_heads, group_size, seq_q, seq_k, head_dim,
+    first_batch_head,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+):
+    block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
+                                                                    first_batch_head)
+    k1_base = K1 + head_offset(batch, kv_head, stride_k1b, stride_k1h)
+    k2_base = K2 + head_offset(batch, kv_head, stride_k2b, stride_k2h)
+    v_base = V + head_offset(batch, kv_head, stride_vb, stride_vh)
+
+    row_start = block_m * BLOCK_M
+    rows = row_start + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    q1 = load_head_tile(Q1, batch, head, stride_q1b, stride_q1h, rows, dims, stride_q1m, stride_q1d,
+                        seq_q, head_dim)
+    q2 = load_head_tile(Q2, batch, head, stride_q2b, stride_q2h, rows, dims, stride_q2m, stride_q2d,
+                        seq_q, head_dim)
+    qk_scale = sm_scale * LOG2_E
+
+    row_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    row_sum_error = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+
+    key_end = causal_key_end(row_start + BLOCK_M, seq_q, seq_k, CAUSAL)
+    for key_start in range(0, key_end, BLOCK_N):
+        cols = key_start + tl.arange(0, BLOCK_N)
+        k1 = load_tile(k1_base, cols, dims, stride_k1n, stride_k1d, seq_k, head_dim)
+        k2 = load_tile(k2_base, cols, dims, stride_k2n, stride_k2d, seq_k, head_dim)
+        near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
+        s = piecewise_raw_scores(q1, k1, q2, k2, near, EMULATE_BF16)
+        s = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), s, float("-inf"))
+        v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
+        row_max, row_sum, row_sum_error, acc = online_softmax_step(
+            s, v, row_max, row_sum, row_sum_error, acc, qk_scale, EMULATE_BF16)
+
+    out, lse = finished_rows(acc, row_max, row_sum, sm_scale)
+    store_tile(O + head_offset(batch, head, stride_ob, stride_oh), out, rows, dims,
+               stride_om, stride_od, seq_q, head_dim, EMULATE_BF16)
+    tl.store(LSE + batch_head.to(tl.int64) * seq_q + rows, lse, mask=rows < seq_q)
