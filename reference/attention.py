@@ -25,46 +25,21 @@ from typing import Optional, Tuple
 
 import torch
 
-from .chunking import DEFAULT_MAX_CHUNK_BYTES, ChunkPlan, plan_chunks, spans
+from .blocks import BlockSetup, grouped
+from .chunking import DEFAULT_MAX_CHUNK_BYTES, plan_chunks, spans
 from .dropout import Dropout
 from .precision import REFERENCE, Precision
 from .tf32 import ieee_fp32_matmul
-from .validation import Dims, check_backward_args, check_dropout, check_options, check_qkv
+from .validation import check_backward_args, check_dropout, check_options, check_qkv
 
 Tensor = torch.Tensor
 
 
 @dataclass(frozen=True)
-class _Setup:
-    """Everything a block computation needs besides its tensors."""
+class _Setup(BlockSetup):
+    """A block setup that may replay dropout."""
 
-    dims: Dims
-    scale: float
-    causal: bool
-    precision: Precision
-    input_dtype: torch.dtype
-    plan: ChunkPlan
     dropout: Optional[Dropout] = None
-
-    @property
-    def acc(self) -> torch.dtype:
-        return self.precision.accumulate_dtype
-
-    @property
-    def out_dtype(self) -> torch.dtype:
-        return self.precision.output_dtype_for(self.input_dtype)
-
-    def operand(self, x: Tensor) -> Tensor:
-        return self.precision.as_operand(x, self.input_dtype)
-
-    def rounded(self, x: Tensor) -> Tensor:
-        return self.precision.round_intermediate(x, self.input_dtype)
-
-    def key_end(self, row_stop: int) -> int:
-        """Keys at or beyond this index are invisible to every row before ``row_stop``."""
-        if not self.causal:
-            return self.dims.sk
-        return max(0, min(self.dims.sk, row_stop + self.dims.sk - self.dims.sq))
 
     def keep(self, units: Tuple[int, int], rows: Tuple[int, int], key_end: int,
              device: torch.device) -> Optional[Tensor]:
@@ -85,12 +60,7 @@ def _setup(q: Tensor, k: Tensor, v: Tensor, causal: bool, sm_scale: Optional[flo
     check_dropout(dropout)
     elem_bytes = torch.finfo(precision.accumulate_dtype).bits // 8
     plan = plan_chunks(dims.units, dims.group, dims.sq, dims.sk, elem_bytes, max_chunk_bytes)
-    return _Setup(dims, scale, bool(causal), precision, q.dtype, plan, dropout)
-
-
-def _grouped(x: Tensor, dims: Dims) -> Tensor:
-    """(B, H, S, ...) -> (U, G, S, ...): query heads grouped under their kv head."""
-    return x.reshape(dims.units, dims.group, *x.shape[2:])
+    return _Setup(dims, scale, bool(causal), precision, q.dtype, plan, dropout=dropout)
 
 
 def _scores(st: _Setup, qb: Tensor, kb: Tensor, row_start: int) -> Tensor:
@@ -170,7 +140,7 @@ def attention_forward(
     """
     st = _setup(q, k, v, causal, sm_scale, precision, max_chunk_bytes, dropout)
     dims = st.dims
-    qg = _grouped(q, dims)
+    qg = grouped(q, dims)
     kg = k.reshape(dims.units, dims.sk, dims.head_dim)
     vg = v.reshape(dims.units, dims.sk, dims.head_dim)
     out = torch.empty(qg.shape, dtype=st.out_dtype, device=q.device)
@@ -255,7 +225,7 @@ def attention_backward(
     st = _setup(q, k, v, causal, sm_scale, precision, max_chunk_bytes, dropout)
     check_backward_args(q, out, do, lse)
     dims = st.dims
-    qg, og, dog, lg = (_grouped(x, dims) for x in (q, out, do, lse))
+    qg, og, dog, lg = (grouped(x, dims) for x in (q, out, do, lse))
     kg = k.reshape(dims.units, dims.sk, dims.head_dim)
     vg = v.reshape(dims.units, dims.sk, dims.head_dim)
     dq = torch.empty(qg.shape, dtype=st.out_dtype, device=q.device)

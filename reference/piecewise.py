@@ -19,45 +19,20 @@ from typing import Optional, Tuple
 
 import torch
 
-from .chunking import DEFAULT_MAX_CHUNK_BYTES, ChunkPlan, plan_chunks, spans
+from .blocks import BlockSetup, grouped, units
+from .chunking import DEFAULT_MAX_CHUNK_BYTES, plan_chunks, spans
 from .precision import REFERENCE, Precision
 from .tf32 import ieee_fp32_matmul
-from .validation import Dims, check_backward_args, check_options, check_qkv
+from .validation import check_backward_args, check_options, check_qkv
 
 Tensor = torch.Tensor
 
 
 @dataclass(frozen=True)
-class _Setup:
-    """Everything a block computation needs besides its tensors."""
+class _Setup(BlockSetup):
+    """A block setup with the near/far distance threshold."""
 
-    dims: Dims
-    scale: float
-    causal: bool
-    threshold: int
-    precision: Precision
-    input_dtype: torch.dtype
-    plan: ChunkPlan
-
-    @property
-    def acc(self) -> torch.dtype:
-        return self.precision.accumulate_dtype
-
-    @property
-    def out_dtype(self) -> torch.dtype:
-        return self.precision.output_dtype_for(self.input_dtype)
-
-    def operand(self, x: Tensor) -> Tensor:
-        return self.precision.as_operand(x, self.input_dtype)
-
-    def rounded(self, x: Tensor) -> Tensor:
-        return self.precision.round_intermediate(x, self.input_dtype)
-
-    def key_end(self, row_stop: int) -> int:
-        """Keys at or beyond this index are invisible to every row before ``row_stop``."""
-        if not self.causal:
-            return self.dims.sk
-        return max(0, min(self.dims.sk, row_stop + self.dims.sk - self.dims.sq))
+    threshold: int = 0
 
 
 def check_dist_threshold(dist_threshold) -> int:
@@ -91,17 +66,7 @@ def _setup(qk: Tuple[Tensor, ...], v: Tensor, dist_threshold: int, causal: bool,
     # their selection; the near and far halves of dS), so plan as if elements were twice as big.
     elem_bytes = 2 * torch.finfo(precision.accumulate_dtype).bits // 8
     plan = plan_chunks(dims.units, dims.group, dims.sq, dims.sk, elem_bytes, max_chunk_bytes)
-    return _Setup(dims, scale, bool(causal), threshold, precision, q1.dtype, plan)
-
-
-def _grouped(x: Tensor, dims: Dims) -> Tensor:
-    """(B, H, S, ...) -> (U, G, S, ...): query heads grouped under their kv head."""
-    return x.reshape(dims.units, dims.group, *x.shape[2:])
-
-
-def _units(x: Tensor, dims: Dims) -> Tensor:
-    """(B, Hkv, Sk, D) -> (U, Sk, D)."""
-    return x.reshape(dims.units, dims.sk, dims.head_dim)
+    return _Setup(dims, scale, bool(causal), precision, q1.dtype, plan, threshold=threshold)
 
 
 def _product(qb: Tensor, kb: Tensor) -> Tensor:
@@ -161,8 +126,8 @@ def piecewise_forward(q1: Tensor, k1: Tensor, q2: Tensor, k2: Tensor, v: Tensor,
     """
     st = _setup((q1, k1, q2, k2), v, dist_threshold, causal, sm_scale, precision, max_chunk_bytes)
     dims = st.dims
-    qg = [_grouped(q, dims) for q in (q1, q2)]
-    kg = [_units(k, dims) for k in (k1, k2, v)]
+    qg = [grouped(q, dims) for q in (q1, q2)]
+    kg = [units(k, dims) for k in (k1, k2, v)]
     out = torch.empty(qg[0].shape, dtype=st.out_dtype, device=q1.device)
     lse = torch.empty(qg[0].shape[:3], dtype=st.acc, device=q1.device)
     with ieee_fp32_matmul():
@@ -218,9 +183,9 @@ def piecewise_backward(q1: Tensor, k1: Tensor, q2: Tensor, k2: Tensor, v: Tensor
     st = _setup((q1, k1, q2, k2), v, dist_threshold, causal, sm_scale, precision, max_chunk_bytes)
     check_backward_args(q1, out, do, lse)
     dims = st.dims
-    qg = [_grouped(x, dims) for x in (q1, q2, out, do)]
-    lg = _grouped(lse, dims)
-    kg = [_units(x, dims) for x in (k1, k2, v)]
+    qg = [grouped(x, dims) for x in (q1, q2, out, do)]
+    lg = grouped(lse, dims)
+    kg = [units(x, dims) for x in (k1, k2, v)]
     dq = [torch.empty(qg[0].shape, dtype=st.out_dtype, device=q1.device) for _ in range(2)]
     dk = [torch.empty(kg[0].shape, dtype=st.out_dtype, device=q1.device) for _ in range(3)]
     with ieee_fp32_matmul():
