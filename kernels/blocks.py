@@ -243,6 +243,7 @@ def dropout_keep(seed_lo, seed_hi, threshold, batch_head, rows, col_start, BLOCK
     Kept iff the top 31 bits of the word >= threshold = floor(p * 2^31): an integer
     comparison, so no float conversion can differ between versions or backends.
     """
+    tl.static_assert(BLOCK_N % 4 == 0, "dropout_keep: BLOCK_N must be a multiple of 4")
     quads = col_start // 4 + tl.arange(0, BLOCK_N // 4)
     zero = tl.zeros((rows.shape[0], BLOCK_N // 4), dtype=tl.uint32)
     w0, w1, w2, w3 = tl.philox_impl(zero + quads[None, :].to(tl.uint32),

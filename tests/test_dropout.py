@@ -145,7 +145,8 @@ def test_forward_and_backward_apply_the_materialised_mask_under_any_tiling(monke
                          ids=["gqa", "mha"])
 def test_dropout_forward_and_backward_match_the_replaying_reference(dtype, causal, heads, kv_heads,
                                                                     seq_q, seq_k):
-    q, k, v, do = make_qkv(2, heads, kv_heads, seq_q, seq_k, 32, dtype, seed=seq_q + causal)
+    batch = 2 if heads > kv_heads else 1  # batch > 1 once, where the GQA indexing is busiest
+    q, k, v, do = make_qkv(batch, heads, kv_heads, seq_q, seq_k, 32, dtype, seed=seq_q + causal)
     assert_rule(judge_kernel(q, k, v, do, causal, p=0.3, seed=2024))
 
 
