@@ -173,17 +173,22 @@ _CUDA_LAUNCH = {
         (256, LaunchConfig(32, 64, num_warps=8, num_stages=1)),
     ),
     # fp32 tiles are twice as large: smaller blocks keep them within the 99 KB of
-    # shared memory that sm_86/sm_89 offer a block (sm_80/sm_90 have more).
+    # shared memory that sm_86/sm_89 offer a block (sm_80/sm_90 have more).  fp32
+    # ("ieee") dots run on FMA units, not tensor cores; with 4 warps the forward
+    # spilled 0.8-1.1 KB at D = 64 and the kernels 1.6-54 KB at D = 128 (ptxas,
+    # sm_80/sm_90, triton 3.9); 8 warps and 16-row or 16-key tiles keep them in registers.
     "fwd.fp32": _table(
-        (128, LaunchConfig(64, 32, num_warps=4, num_stages=2)),
-        (256, LaunchConfig(32, 32, num_warps=8, num_stages=1)),
+        (64, LaunchConfig(64, 32, num_warps=8, num_stages=2)),
+        (256, LaunchConfig(16, 32, num_warps=8, num_stages=1)),
     ),
     "bwd_dkdv.fp32": _table(
-        (128, LaunchConfig(32, 32, num_warps=4, num_stages=1)),
+        (64, LaunchConfig(32, 32, num_warps=4, num_stages=1)),
+        (128, LaunchConfig(32, 16, num_warps=8, num_stages=1)),
         (256, LaunchConfig(16, 32, num_warps=8, num_stages=1)),
     ),
     "bwd_dq.fp32": _table(
-        (128, LaunchConfig(32, 32, num_warps=4, num_stages=1)),
+        (64, LaunchConfig(32, 32, num_warps=4, num_stages=1)),
+        (128, LaunchConfig(32, 32, num_warps=8, num_stages=1)),
         (256, LaunchConfig(32, 16, num_warps=8, num_stages=1)),
     ),
     "total.fp32": _table(
