@@ -36,3 +36,17 @@ def new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     if poisoning():
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     return torch.empty(shape, dtype=dtype, device=device)
+
+
+def new_forward_outputs(q: torch.Tensor, seq_k: int):
+    """(out like q, lse (B, H, Sq) fp32, done): `done` when the problem is empty and
+    the outputs are already final -- nothing for Sq = 0, and for Sk = 0 every row
+    sees no key (out 0, lse -inf)."""
+    batch, heads, seq_q, _ = q.shape
+    out = new_output(q.shape, q.dtype, q.device)
+    lse = new_output((batch, heads, seq_q), torch.float32, q.device)
+    if seq_q == 0:
+        return out, lse, True
+    if seq_k == 0:
+        return out.zero_(), lse.fill_(float("-inf")), True
+    return out, lse, False

@@ -13,7 +13,7 @@ import torch
 import triton
 
 from conformance.backends import active_profile
-from kernels.allocation import new_output
+from kernels.allocation import new_forward_outputs, new_output
 from kernels.dropout import DropoutParams, dropout_keep_mask, dropout_params
 from kernels.flash_backward import delta_kernel, dkdv_kernel, dq_kernel
 from kernels.flash_forward import flash_forward_kernel
@@ -42,12 +42,9 @@ def _dropout_kwargs(dropout: DropoutParams | None) -> tuple[tuple, dict]:
 def _forward(q, k, v, causal: bool, sm_scale: float, dropout: DropoutParams | None):
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_k = k.shape[1], k.shape[2]
-    out = new_output(q.shape, q.dtype, q.device)
-    lse = new_output((batch, heads, seq_q), torch.float32, q.device)
-    if seq_q == 0:
+    out, lse, done = new_forward_outputs(q, seq_k)
+    if done:
         return out, lse
-    if seq_k == 0:  # nothing to attend to: every row is empty
-        return out.zero_(), lse.fill_(float("-inf"))
     block_d = padded_head_dim(head_dim)
     cfg = launch_kwargs("fwd", block_d, q.dtype)
     drop_args, drop_flag = _dropout_kwargs(dropout)

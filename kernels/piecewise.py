@@ -19,7 +19,7 @@ import torch
 import triton
 
 from conformance.backends import active_profile
-from kernels.allocation import new_output
+from kernels.allocation import new_forward_outputs, new_output
 from kernels.flash_backward import delta_kernel
 from kernels.launch import launch, launch_kwargs, padded_head_dim
 from kernels.piecewise_backward import piecewise_dkdv_kernel, piecewise_dq_kernel
@@ -47,12 +47,9 @@ def _launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype) -> dict:
 def _forward(q1, k1, q2, k2, v, threshold: int, causal: bool, scale: float):
     batch, heads, seq_q, head_dim = q1.shape
     kv_heads, seq_k = k1.shape[1], k1.shape[2]
-    out = new_output(q1.shape, q1.dtype, q1.device)
-    lse = new_output((batch, heads, seq_q), torch.float32, q1.device)
-    if seq_q == 0:
+    out, lse, done = new_forward_outputs(q1, seq_k)
+    if done:
         return out, lse
-    if seq_k == 0:  # nothing to attend to: every row is empty
-        return out.zero_(), lse.fill_(float("-inf"))
     block_d = padded_head_dim(head_dim)
     cfg = _launch_kwargs("fwd", block_d, q1.dtype)
     launch(piecewise_forward_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,
