@@ -29,7 +29,6 @@ from kernels.validation import (
     check_tensor,
 )
 
-_padded_head_dim = padded_head_dim  # the name earlier code imported
 _NO_DROPOUT_ARGS = (0, 0, 0, 1.0)  # seed_lo, seed_hi, drop_threshold, keep_scale
 
 
