@@ -1,4 +1,4 @@
-"""Entry points: `nox -s conformance`, `nox -s tests`, `nox -s benchmark`.
+"""Entry points: `nox -s conformance`, `nox -s tests`, `nox -s benchmark`, `nox -s matrix`.
 
 Every session runs in its own virtualenv that can *see* the packages of the
 Python running nox (through a .pth file).  A GPU vendor's machine therefore keeps
@@ -7,7 +7,8 @@ missing is installed into the session's virtualenv.  On a fresh CPU-only machine
 that means torch (the CPU wheel), triton, numpy and the test tools.
 
 Set FA_ISOLATED=1 to ignore the host's packages and install everything, which is
-what a brand-new machine sees.
+what a brand-new machine sees. The `matrix` sessions are always isolated: each
+installs its own triton release.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 import nox
+from packaging.version import Version  # a dependency of nox
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
@@ -85,18 +87,69 @@ def conformance(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The harness's own tests plus the smoke tier of real kernel launches."""
+    """The harness's own tests, the smoke tier of real kernel launches, and the
+    compile-only tier's quick scope for sm_80, sm_90, gfx90a and gfx942 (no GPU)."""
     install_dependencies(session)
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider",
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-n", "auto",
                 "tests", "conformance/suite.py", "--conformance-tier", "smoke",
                 "--conformance-out", "reports/runs/ci-smoke", *session.posargs)
+    session.run("python", "-m", "conformance", "compile", "--scope", "quick", "--out", "reports/runs/ci-compile")
+
+
+@nox.session
+def mutants(session: nox.Session) -> None:
+    """The mutant kill table: every deliberately broken kernel variant hunted with the
+    catalog (smoke on the CPU interpreter, standard on a GPU). Extra arguments go to
+    `python -m mutants`, e.g. `nox -s mutants -- --tier standard --max-kills 3 --out DIR`.
+    """
+    install_dependencies(session)
+    session.run("python", "-m", "mutants", *session.posargs)
+
+
+@nox.session
+def flake(session: nox.Session) -> None:
+    """False alarms of the bundled (correct) kernels: the backend's flake set under 20
+    seeds, reported per case group in DIR/flake.md (nightly; ~5 min with -n 2 on 2 CPU cores).
+    Extra arguments go to `python -m conformance flake`, e.g. `-- -n 2 --out DIR`."""
+    install_dependencies(session)
+    session.run("python", "-m", "conformance", "flake", *session.posargs)
 
 
 @nox.session
 def benchmark(session: nox.Session) -> None:
-    """TFLOP/s of the bundled kernels next to torch SDPA (needs a GPU)."""
+    """TFLOP/s and peak memory of the bundled kernel next to torch SDPA's backends (needs a GPU).
+
+    Writes reports/runs/<time>-benchmark/ (benchmark.jsonl, env.json, benchmark.md and
+    the plot: PNG if matplotlib is installed, else SVG). Extra arguments go to
+    benchmarks/flash_benchmark.py, e.g. `nox -s benchmark -- --quick` or `-- --out DIR`.
+    """
     install_dependencies(session)
     session.run("python", "benchmarks/flash_benchmark.py", *session.posargs)
+
+
+# The nightly triton-version matrix: every triton release 3.2.0 ... 3.9.0 with a
+# wheel for CPython 3.11 on linux x86_64 (PyPI, checked 2026-11).
+MATRIX_TRITON = ("3.2.0", "3.3.0", "3.3.1", "3.4.0", "3.5.0", "3.5.1", "3.6.0", "3.7.0", "3.7.1", "3.8.0", "3.9.0")
+# The interpreter of triton < 3.7 converts one-element arrays with int(), which numpy 2.4
+# refuses: with numpy 2.4.6 every smoke case errors on 3.3.0 ... 3.6.0 (measured), 3.7.0 passes.
+MATRIX_NUMPY = {version: "numpy<2.4" for version in MATRIX_TRITON if Version(version) < Version("3.7")}
+
+
+@nox.session
+@nox.parametrize("triton", MATRIX_TRITON)
+def matrix(session: nox.Session, triton: str) -> None:
+    """The triton-version matrix, one release per session, into reports/matrix/<label>/.
+
+    An isolated virtualenv (the host's triton is never seen) with torch kept at
+    FA_TORCH_REQUIREMENT; writes reports/matrix/<label>/triton-<version>/ and
+    re-renders reports/matrix/<label>/matrix.md. Extra arguments go to
+    `python -m conformance.matrix_job` (e.g. `-- -n 2`, `-- --label h100`).
+    """
+    _share_host_packages(session, share=False)
+    session.install(REQUIREMENTS["torch"], MATRIX_NUMPY.get(triton, "numpy"),
+                    *(REQUIREMENTS[m] for m in ("pytest", "xdist", "hypothesis", "tabulate", "packaging")))
+    session.install(f"triton=={triton}")  # after torch, whose CUDA builds pin a triton of their own
+    session.run("python", "-m", "conformance.matrix_job", *session.posargs)
 
 
 if __name__ == "__main__":  # `python noxfile.py` is not how to run this file

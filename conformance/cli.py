@@ -2,8 +2,17 @@
 
     list   --tier TIER                    one case id per line, nothing else on stdout
     run    [--tier TIER|auto] [--case ID ...] [--out DIR] [--backend KEY]
-           [--kernel OP=MOD:FN ...] [-n N]  runs pytest in-process with the plugin
-    report DIR                            re-renders DIR/summary.md, prints the table
+           [--kernel OP=MOD:FN ...] [-n N|auto] [--seeds N] [--distribution SPEC]
+           [--resume DIR] [--[no-]isolate] [--case-timeout S] [--[no-]check-determinism]
+                                          runs pytest in-process with the plugin
+                                          (conformance/run_options.py explains the last ones)
+    report DIR [--format F]               summary.md, report.html, junit.xml; prints the table
+    diff OLD NEW [--drift X]              regressions, fixes, new/removed, drift (exit 1 on a regression)
+    matrix DIR...                         lines x triton versions
+    probes [--backend KEY] [--probe ID ...] [--out DIR]
+                                          the primitive probes alone, as a table
+    compile [--target LIST] [--out DIR] [--scope full|quick] [-n N]
+                                          compile every kernel config for GPU targets, no GPU needed
 
 Exit codes: 0 all cases pass (or are unsupported/xfail); 1 any case is fail,
 nonfinite, error or xpass, or the run stopped before every case finished;
@@ -16,10 +25,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from conformance import backends
+from conformance import backends, flake, run_options
+from conformance.compile_only import command as compile_command
 from conformance.catalog import TIERS, select
+from conformance.distributions import parse_optional
 from conformance.implementations import Implementations
+from conformance.reporting import commands as reporting_commands
 from conformance.results import RESULTS_FILE, default_run_dir, read_results
+from conformance.selection import reseeded
 from conformance.verdicts import run_failed
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -51,10 +64,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", metavar="KEY", help="interpreter or cuda:sm_XY (default: detected)")
     run.add_argument("--kernel", action="append", default=[], metavar="OP=MOD:FN",
                      help="judge this implementation instead of the bundled kernel")
-    run.add_argument("-n", dest="workers", type=int, metavar="N", help="pytest-xdist worker processes")
+    run_options.add_arguments(run)  # -n, --seeds, --distribution, --resume, --isolate, ...
 
-    report = commands.add_parser("report", help="re-render a run folder's summary")
-    report.add_argument("run_dir", metavar="DIR")
+    reporting_commands.add_parsers(commands)  # report, diff, matrix
+    flake.add_parser(commands)
+    compile_command.add_parser(commands)
+
+    probes = commands.add_parser("probes", help="check the Triton primitives the kernels rely on, print a table")
+    probes.add_argument("--backend", metavar="KEY", help="interpreter or cuda:sm_XY (default: detected)")
+    probes.add_argument("--probe", action="append", default=[], metavar="ID",
+                        help="run this probe only, e.g. 'probe.dot[bf16]' (repeatable)")
+    probes.add_argument("--out", metavar="DIR", help="also write DIR/results.jsonl and DIR/env.json")
     return parser
 
 
@@ -97,51 +117,80 @@ def command_list(args) -> int:
     return EXIT_OK
 
 
-def pytest_arguments(args, out_dir: Path) -> list[str]:
+def pytest_arguments(args, out_dir: Path, profile) -> list[str]:
     """The in-process pytest command line that runs what `args` asks for."""
-    arguments = [str(SUITE_PATH), "-p", "conformance.plugin", "-p", "no:cacheprovider", "-v",
-                 "--conformance-tier", args.tier, "--conformance-out", str(out_dir)]
-    for case_id in args.case:
-        arguments += ["--conformance-case", case_id]
-    if args.backend:
-        arguments += ["--conformance-backend", args.backend]
-    for spec in args.kernel:
-        arguments += ["--conformance-kernel", spec]
-    if args.workers:
-        arguments += ["-n", str(args.workers)]
-    return arguments
+    return [str(SUITE_PATH), "-p", "conformance.plugin", "-p", "no:cacheprovider", "-v",
+            "--conformance-out", str(out_dir), *run_options.plugin_arguments(args, profile)]
+
+
+def _run_selection(args) -> tuple[dict, backends.BackendProfile, list]:
+    """(selection, activated profile, selected cases) of a `run`, checked like the plugin will."""
+    if args.resume and args.out and Path(args.out) != Path(args.resume):
+        raise UsageError("argument --out: a resumed run writes into its own folder (--resume DIR)")
+    try:
+        selection = run_options.selection_of(args)
+    except ValueError as exc:
+        raise UsageError(f"argument {exc}") from None
+    profile = _profile(selection["backend"], activate=True)  # before anything imports the kernels
+    _implementations(selection["kernels"])
+    _, cases = _selection(selection["tier"], selection["cases"], profile)
+    try:
+        cases = reseeded(cases, selection["seeds"])
+        parse_optional(selection["distribution"])
+    except ValueError as exc:  # the messages start with the option's name
+        raise UsageError(f"argument {exc}") from None
+    return selection, profile, cases
 
 
 def command_run(args) -> int:
-    profile = _profile(args.backend, activate=True)  # before anything imports the kernels
-    _implementations(args.kernel)
-    _, cases = _selection(args.tier, args.case, profile)
-    out_dir = Path(args.out) if args.out else default_run_dir(profile.key)
+    _, profile, cases = _run_selection(args)
+    out_dir = Path(args.resume or args.out or default_run_dir(profile.key))
 
     import pytest
 
-    exit_code = pytest.main(pytest_arguments(args, out_dir))
+    exit_code = pytest.main(pytest_arguments(args, out_dir, profile))
     if exit_code == pytest.ExitCode.USAGE_ERROR:
         return EXIT_USAGE
     lines = read_results(out_dir) if (out_dir / RESULTS_FILE).exists() else []
-    if len(lines) < len(cases):
-        print(f"conformance: only {len(lines)} of {len(cases)} cases finished (pytest exit code {int(exit_code)})",
+    lines = [line for line in lines if line.get("kind") != "probe"]  # probes inform, cases decide
+    recorded = {line["case"] for line in lines}
+    finished = sum(case.id in recorded for case in cases)
+    if finished < len(cases):
+        print(f"conformance: only {finished} of {len(cases)} cases finished (pytest exit code {int(exit_code)})",
               file=sys.stderr)
         return EXIT_FAILED
     return EXIT_FAILED if run_failed(line["verdict"] for line in lines) else EXIT_OK
 
 
-def command_report(args) -> int:
-    from conformance.report import render_run
+def command_probes(args) -> int:
+    """Exit 1 iff a probe fails (or errs) that the profile does not work around."""
+    profile = _profile(args.backend, activate=True)  # before the probe kernels are imported
+    from tabulate import tabulate
 
-    run_dir = Path(args.run_dir)
-    if not (run_dir / RESULTS_FILE).exists():
-        raise UsageError(f"argument DIR: no {RESULTS_FILE} in {run_dir}")
-    sys.stdout.write(render_run(run_dir))
-    return EXIT_OK
+    from conformance import probes
+    from conformance.environment import command_line, fingerprint
+    from conformance.reporting.summary import probe_table
+    from conformance.results import ResultsWriter
+
+    try:
+        probes.select(args.probe)
+    except ValueError as exc:
+        raise UsageError(f"argument --probe: {exc}") from None
+    lines = probes.run_probes(profile, args.probe, backend_option=args.backend)
+    headers, rows = probe_table(lines)
+    print(f"Primitive probes on {profile.key}:", tabulate(rows, headers=headers, disable_numparse=True),
+          *probes.tolerance_notes(lines), sep="\n")
+    if args.out:
+        writer = ResultsWriter(args.out, fingerprint(profile, tier="probes", implementations={},
+                                                     command=command_line()))
+        for line in lines:
+            writer.append(line)
+        writer.close()
+    return EXIT_FAILED if probes.unhandled_failures(lines) else EXIT_OK
 
 
-COMMANDS = {"list": command_list, "run": command_run, "report": command_report}
+COMMANDS = {"list": command_list, "run": command_run, "probes": command_probes, **reporting_commands.COMMANDS,
+            **flake.COMMANDS, **compile_command.COMMANDS}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,10 +82,13 @@ class Implementations:
         return {op: self.name(op) for op in OPS}
 
 
-def reproduce_command(case_id: str, backend: str | None, implementations: Implementations) -> str:
-    """The one-line command that re-runs a single case with the same choices."""
+def reproduce_command(case_id: str, backend: str | None, implementations: Implementations,
+                      extra_args=()) -> str:
+    """The one-line command that re-runs a single case with the same choices
+    (`extra_args`: further `run` options that shaped the case, e.g. its --distribution)."""
     words = ["python", "-m", "conformance", "run", "--case", case_id]
     if backend:
         words += ["--backend", backend]
     words += implementations.cli_args()
+    words += list(extra_args)
     return shlex.join(words)

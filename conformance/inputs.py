@@ -19,8 +19,10 @@ from dataclasses import dataclass
 import torch
 
 from conformance.catalog import Case
+from conformance.distributions import Distribution
 
-TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
+                "fp8e4m3": torch.float8_e4m3fn, "fp8e5m2": torch.float8_e5m2}
 DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 
 
@@ -76,12 +78,27 @@ def _place(values: dict, case: Case) -> dict:
             heads = values[name].shape[1]
             placed[name] = buffer[:, :, start:start + heads].transpose(1, 2)
             start += heads
-    return placed
+    return {name: placed[name] for name in values}  # declaration order: gradients are matched by it
 
 
-def make_inputs(case: Case, device: str | torch.device, kinds: dict | None = None) -> Inputs:
+BAD_VALUES = {"nan": float("nan"), "inf": float("inf")}
+
+
+def bad_input_position(case: Case) -> tuple[int, int, int, int]:
+    """Where `bad_input` goes in the first query tensor: batch 0, head 0, the middle
+    row (so causal rows before it stay clean), head-dim element 0."""
+    return (0, 0, case.seq_q // 2, 0)
+
+
+def _plant_bad_input(case: Case, q: torch.Tensor) -> None:
+    q[bad_input_position(case)] = BAD_VALUES[case.bad_input]
+
+
+def make_inputs(case: Case, device: str | torch.device, kinds: dict | None = None,
+                distribution: Distribution | None = None) -> Inputs:
     """The operator's inputs (name -> kind "q"/"kv", default q, k, v) and, for
-    backward cases, do (B, H, Sq, D). Drawn in declaration order, then do."""
+    backward cases, do (B, H, Sq, D). Drawn in declaration order, then do, in fp32;
+    `distribution` (conformance.distributions) reshapes those draws before the cast."""
     kinds = kinds or {"q": "q", "k": "kv", "v": "kv"}
     generator = torch.Generator(device="cpu")
     generator.manual_seed(generator_seed(case))
@@ -89,9 +106,15 @@ def make_inputs(case: Case, device: str | torch.device, kinds: dict | None = Non
     needs_grad = case.direction == "bwd"
 
     def draw(shape) -> torch.Tensor:
-        return torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype)
+        return torch.randn(shape, generator=generator, dtype=torch.float32)
 
-    values = {name: draw(logical_shape(case, kind)).to(device) for name, kind in kinds.items()}
-    do = draw(logical_shape(case, "q")).to(device) if needs_grad else None
+    values = {name: draw(logical_shape(case, kind)) for name, kind in kinds.items()}
+    do = draw(logical_shape(case, "q")) if needs_grad else None
+    if distribution is not None:
+        values, do = distribution.apply(values, do, generator_seed(case))
+    if case.bad_input is not None:
+        _plant_bad_input(case, values[next(iter(kinds))])
+    values = {name: t.to(dtype).to(device) for name, t in values.items()}
+    do = do.to(dtype).to(device) if needs_grad else None
     tensors = {name: t.requires_grad_(needs_grad) for name, t in _place(values, case).items()}
     return Inputs(tensors, do)

@@ -1,7 +1,9 @@
 """The known-issue registry: `known_issues.toml` read, validated and matched.
 
 An entry scopes a known failure (backend, arch, Triton version range, operator,
-direction, dtype, head dim, mask, implementation). The runner asks `match()` for
+direction, dtype, head dim, mask, implementation, case features such as dropout,
+layout and shape, where integers take a value or a range like ">=16384"). The
+runner asks `match()` for
 every case it launched and converts the rule's verdict with `apply_known_issue()`:
 failing cases become `xfail`, passing ones `xpass` (which fails the run, so a
 stale entry cannot linger). The file format is documented in the file itself.
@@ -13,6 +15,8 @@ widen the entry to every case and hide real failures.
 from __future__ import annotations
 
 import functools
+import operator
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +24,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from conformance import verdicts
-from conformance.catalog import Case
+from conformance.catalog import FEATURES, Case
 
 try:
     import tomllib
@@ -31,8 +35,36 @@ DEFAULT_REGISTRY = Path(__file__).with_name("known_issues.toml")
 
 _ENTRY_KEYS = {"id", "description", "reason", "scope"}
 # Scope fields compared against a case's own fields.
-_CASE_SCOPE = ("op", "direction", "dtype", "head_dim", "causal")
-_SCOPE_KEYS = {"backend", "arch", "triton", "implementation", *_CASE_SCOPE}
+_CASE_SCOPE = ("op", "direction", "dtype", "head_dim", "causal", "layout",
+               "batch", "heads", "kv_heads", "seq_q", "seq_k")
+# Integer fields also take ranges: ">=16384", ">=1024,<8192".
+_INTEGER_SCOPE = frozenset({"head_dim", "batch", "heads", "kv_heads", "seq_q", "seq_k"})
+# `feature` admits a case having any of the listed catalog features (lse, total, dropout, layout, dist).
+FEATURE_NAMES = tuple(feature.field for feature in FEATURES)
+_SCOPE_KEYS = {"backend", "arch", "triton", "implementation", "feature", *_CASE_SCOPE}
+_COMPARISON = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*(\d+)\s*")
+_OPERATORS = {">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+              ">": operator.gt, "<": operator.lt}
+
+
+def case_features(case: Case) -> set[str]:
+    """The catalog features a case has (those shown in its id)."""
+    return {feature.field for feature in FEATURES if getattr(case, feature.field) != feature.default}
+
+
+def _parse_range(text: str) -> list[tuple]:
+    """">=1024,<8192" -> [(operator.ge, 1024), (operator.lt, 8192)]; ValueError if malformed."""
+    parts = [_COMPARISON.fullmatch(part) for part in text.split(",")]
+    if not all(parts):
+        raise ValueError(f"bad integer range {text!r} (expected e.g. \">=16384\" or \">=1024,<8192\")")
+    return [(_OPERATORS[part[1]], int(part[2])) for part in parts]
+
+
+def _admits(allowed, value) -> bool:
+    """One allowed scope item against a case's value: equality, or a range string for ints."""
+    if isinstance(allowed, str) and isinstance(value, int) and not isinstance(value, bool):
+        return all(compare(value, bound) for compare, bound in _parse_range(allowed))
+    return allowed == value
 
 
 @dataclass(frozen=True)
@@ -55,7 +87,10 @@ class KnownIssue:
             return False
         if "implementation" in self.scope and implementation not in self.scope["implementation"]:
             return False
-        if any(name in self.scope and getattr(case, name) not in self.scope[name] for name in _CASE_SCOPE):
+        if any(name in self.scope and not any(_admits(allowed, getattr(case, name)) for allowed in self.scope[name])
+               for name in _CASE_SCOPE):
+            return False
+        if "feature" in self.scope and not case_features(case) & set(self.scope["feature"]):
             return False
         return self.triton is None or _version_in(triton_version, self.triton)
 
@@ -95,7 +130,27 @@ def _entry_from_toml(raw: dict, where: str) -> KnownIssue:
         except (InvalidSpecifier, TypeError) as exc:
             raise ValueError(f"{label}: bad triton version range: {exc}") from None
     scope = {name: tuple(value) if isinstance(value, list) else (value,) for name, value in raw_scope.items()}
+    problem = _scope_value_problem(scope)
+    if problem:
+        raise ValueError(f"{label}: {problem}")
     return KnownIssue(raw["id"], raw["description"], raw["reason"], scope, triton)
+
+
+def _scope_value_problem(scope: dict) -> str | None:
+    """What is wrong with the values of a scope (unknown feature, bad integer or range), or None."""
+    unknown = [name for name in scope.get("feature", ()) if name not in FEATURE_NAMES]
+    if unknown:
+        return f"unknown feature {unknown[0]!r} (known: {', '.join(FEATURE_NAMES)})"
+    for name in _INTEGER_SCOPE & set(scope):
+        for item in scope[name]:
+            if isinstance(item, bool) or not isinstance(item, (int, str)):
+                return f"{name} takes integers or ranges, got {item!r}"
+            if isinstance(item, str):
+                try:
+                    _parse_range(item)
+                except ValueError as exc:
+                    return f"{name}: {exc}"
+    return None
 
 
 @functools.lru_cache(maxsize=None)

@@ -5,7 +5,9 @@ Registered by the repository's root conftest.py (and passed with `-p` by the CLI
 * `pytest_configure` activates the backend profile first -- before anything can
   import the kernels (the interpreter needs TRITON_INTERPRET=1 set early).
 * `conformance/suite.py`, when collected, becomes one `CaseItem` per selected case.
-* An item runs its case and attaches the results line to `item.user_properties`;
+* An item runs its case -- in this process, or with isolation (the default on
+  GPUs) in a worker process that turns a crash or a hang into an `error` line
+  (conformance.isolation) -- and attaches the results line to `item.user_properties`;
   the verdict becomes the pytest outcome (pass; fail/nonfinite/error/xpass ->
   failed; unsupported -> skipped; xfail -> xfailed).
 * The process that receives `pytest_runtest_logreport` (the only process, or the
@@ -13,6 +15,9 @@ Registered by the repository's root conftest.py (and passed with `-p` by the CLI
   died without a line (a harness bug, a crashed xdist worker) is recorded as
   `error` there, so every selected case that ran leaves a line.
 * `pytest_terminal_summary` prints the table and writes summary.md.
+* `--conformance-resume DIR` continues a run folder with its recorded selection,
+  skipping the cases it holds (conformance.selection); under pytest-xdist each
+  worker is pinned to a GPU of its own (conformance.devices).
 """
 
 from __future__ import annotations
@@ -23,12 +28,18 @@ from pathlib import Path
 import pytest
 
 from conformance import backends, verdicts
-from conformance.catalog import TIERS, Case, select
+from conformance.attribution import with_backend_fault
+from conformance.catalog import TIERS, Case
+from conformance.devices import pin_xdist_worker, record_device
+from conformance.distributions import parse_optional
 from conformance.environment import command_line, fingerprint
 from conformance.implementations import Implementations, reproduce_command
+from conformance.isolation import DEFAULT_TIMEOUT_S, IsolatedRunner
+from conformance.probes import run_probes
 from conformance.report import format_ratio, render_run
 from conformance.results import ResultsWriter, default_run_dir, from_json, to_json
-from conformance.runner import base_line, error_fields, run_case
+from conformance.runner import base_line, distribution_args, error_fields, run_case
+from conformance.selection import recorded_ids, recorded_lines, resumed_env, resumed_selection, selected_cases
 
 SUITE_PATH = Path(__file__).with_name("suite.py").resolve()
 RESULT_PROPERTY = "conformance_result"
@@ -46,15 +57,42 @@ class ConformanceState:
     out_dir: Path | None
     recorded: set = field(default_factory=set)
     writer: ResultsWriter | None = None
+    selection: dict = field(default_factory=dict)  # conformance.selection; recorded in env.json
+    resuming: bool = False
+    run_options: dict = field(default_factory=dict)  # run_case's check_determinism, distribution
+    isolate: bool = False
+    timeout_s: float = DEFAULT_TIMEOUT_S["cpu"]
+    device_index: int | None = None  # the GPU this xdist worker is pinned to
+    isolated: IsolatedRunner | None = None
 
     def reproduce(self, case: Case) -> str:
-        return reproduce_command(case.id, self.backend_option, self.implementations)
+        return reproduce_command(case.id, self.backend_option, self.implementations,
+                                 distribution_args(self.run_options.get("distribution")))
 
     def error_line(self, case: Case, reason: str, traceback: str = "") -> dict:
         """A results line for a case that produced none of its own."""
         line = base_line(case, self.profile.key, self.implementations.name(case.op), self.reproduce(case))
         line.update(verdict=verdicts.ERROR, rule_verdict=verdicts.ERROR, reason=reason, traceback=traceback)
+        if self.run_options.get("distribution") is not None:
+            line["distribution"] = self.run_options["distribution"].spec
         return line
+
+    def run(self, case: Case) -> dict:
+        """The case's results line, computed in this process or in an isolated worker."""
+        if not self.isolate:
+            line = run_case(case, self.profile, self.implementations, backend_option=self.backend_option,
+                            **self.run_options)
+            return record_device(line, self.profile.device)
+        if self.isolated is None:
+            self.isolated = IsolatedRunner(self.worker_config(), self.timeout_s, self.error_line)
+        return self.isolated.run(case)
+
+    def worker_config(self) -> dict:
+        """What an isolated worker needs to run cases as this process would (conformance.worker)."""
+        return {"backend": self.profile.key, "backend_option": self.backend_option,
+                "kernels": list(self.selection.get("kernels") or []), "device_index": self.device_index,
+                "check_determinism": self.run_options.get("check_determinism", False),
+                "distribution": self.selection.get("distribution")}
 
     def run_dir(self) -> Path:
         if self.out_dir is None:
@@ -78,25 +116,76 @@ def pytest_addoption(parser):
                     help="backend profile, e.g. interpreter or cuda:sm_90 (default: detected)")
     group.addoption("--conformance-kernel", action="append", default=[], metavar="OP=MOD:FN",
                     help="judge this implementation of OP instead of the bundled kernel")
+    group.addoption("--conformance-seeds", type=int, default=None, metavar="N",
+                    help="run every selected case under seeds 0..N-1")
+    group.addoption("--conformance-distribution", default=None, metavar="SPEC",
+                    help="input value distribution, e.g. logits:1e4 (conformance/distributions.py)")
+    group.addoption("--conformance-resume", default=None, metavar="DIR",
+                    help="continue the run in DIR with its own selection: skip recorded cases, append the rest")
+    group.addoption("--conformance-isolate", choices=list(_SWITCH), default="auto",
+                    help="run cases in a worker process that may crash or hang (auto: on for GPUs)")
+    group.addoption("--conformance-case-timeout", type=float, default=None, metavar="S",
+                    help="per-case time limit of isolated runs (default: 300 on GPUs, 600 on the CPU)")
+    group.addoption("--conformance-determinism", choices=list(_SWITCH), default="auto",
+                    help="launch every forward twice, fail it if the bits differ (auto: on for GPUs)")
 
 
-def _state_from_options(config) -> ConformanceState:
-    backend_option = config.getoption("conformance_backend")
+_SWITCH = {"on": True, "off": False, "auto": None}  # auto: on for GPU profiles
+# selection key (conformance.selection) -> pytest option
+_SELECTION_OPTIONS = {"tier": "conformance_tier", "cases": "conformance_case", "seeds": "conformance_seeds",
+                      "kernels": "conformance_kernel", "backend": "conformance_backend",
+                      "distribution": "conformance_distribution"}
+
+
+def _selection_from_options(config) -> dict:
+    given = {key: config.getoption(option) for key, option in _SELECTION_OPTIONS.items()}
+    resume = config.getoption("conformance_resume")
     try:
-        profile = backends.activate(backend_option)
-        implementations = Implementations.from_specs(config.getoption("conformance_kernel"))
-        tier, cases = select(config.getoption("conformance_tier"), config.getoption("conformance_case"), profile)
+        return resumed_selection(resume, given) if resume else given
     except ValueError as exc:
         raise pytest.UsageError(f"conformance: {exc}") from None
-    out = config.getoption("conformance_out")
-    return ConformanceState(profile, implementations, backend_option, tier, cases, Path(out) if out else None)
+
+
+def _switch(config, option: str, gpu: bool) -> bool:
+    value = _SWITCH[config.getoption(option)]
+    return gpu if value is None else value
+
+
+def _state_from_options(config, selection: dict, device_index: int | None = None) -> ConformanceState:
+    try:
+        profile = backends.activate(selection["backend"])
+        implementations = Implementations.from_specs(selection["kernels"])
+        distribution = parse_optional(selection["distribution"])
+        tier, cases = selected_cases(selection, profile)
+    except ValueError as exc:
+        raise pytest.UsageError(f"conformance: {exc}") from None
+    resume = config.getoption("conformance_resume")
+    out = resume or config.getoption("conformance_out")
+    recorded = recorded_ids(resume) if resume else set()
+    gpu = profile.device == "cuda"
+    return ConformanceState(
+        profile, implementations, selection["backend"], tier, [case for case in cases if case.id not in recorded],
+        Path(out) if out else None, recorded=recorded, selection=selection, resuming=bool(resume),
+        run_options=dict(check_determinism=_switch(config, "conformance_determinism", gpu), distribution=distribution),
+        isolate=_switch(config, "conformance_isolate", gpu), device_index=device_index,
+        timeout_s=config.getoption("conformance_case_timeout") or DEFAULT_TIMEOUT_S.get(profile.device, 600.0))
 
 
 def pytest_configure(config):
-    config.stash[_STATE] = _state_from_options(config)
+    selection = _selection_from_options(config)
+    worker_id = getattr(config, "workerinput", {}).get("workerid")
+    # before anything touches CUDA: backend detection reads the current device
+    device_index = pin_xdist_worker(worker_id, selection["backend"], backends.interpreter_requested())
+    config.stash[_STATE] = _state_from_options(config, selection, device_index)
     config.addinivalue_line("markers", "conformance: a conformance catalog case")
     if not hasattr(config, "workerinput"):  # xdist workers only run items
         config.pluginmanager.register(ResultsRecorder(config.stash[_STATE]), "conformance-recorder")
+
+
+def pytest_unconfigure(config):
+    state = config.stash.get(_STATE, None)
+    if state is not None and state.isolated is not None:
+        state.isolated.close()
 
 
 def is_suite_path(path) -> bool:
@@ -135,8 +224,7 @@ class CaseItem(pytest.Item):
     def runtest(self):
         state = self.config.stash[_STATE]
         try:
-            line = run_case(self.case, state.profile, state.implementations,
-                            backend_option=state.backend_option)
+            line = state.run(self.case)
         except Exception as exc:  # a harness bug: still leave a line for this case
             fields = error_fields(exc, prefix="harness: ")
             self.user_properties.append((RESULT_PROPERTY, to_json(state.error_line(self.case, **fields))))
@@ -228,15 +316,31 @@ class ResultsRecorder:
 
     def __init__(self, state: ConformanceState):
         self.state = state
+        self.probe_lines: list[dict] = []
 
     def _record(self, line: dict) -> None:
         state = self.state
         if state.writer is None:
             env = fingerprint(state.profile, tier=state.tier, implementations=state.implementations.describe(),
                               command=command_line())
-            state.writer = ResultsWriter(state.run_dir(), env)
-        state.writer.append(line)
+            env["selection"] = state.selection
+            if state.resuming:
+                env = resumed_env(state.run_dir(), env)
+            state.writer = ResultsWriter(state.run_dir(), env, append=state.resuming)
+            self._record_probes()
+        state.writer.append(with_backend_fault(line, self.probe_lines))
         state.recorded.add(line["case"])
+
+    def _record_probes(self) -> None:
+        """The primitive probes, run here (the reporting process) and written before any case;
+        a resumed run keeps those its folder already holds."""
+        if self.state.resuming:
+            self.probe_lines = [line for line in recorded_lines(self.state.run_dir()) if line.get("kind") == "probe"]
+            if self.probe_lines:
+                return
+        self.probe_lines = run_probes(self.state.profile, backend_option=self.state.backend_option)
+        for probe_line in self.probe_lines:
+            self.state.writer.append(probe_line)
 
     def pytest_runtest_logreport(self, report):
         line = result_line(report) or self._line_for_lost_case(report)

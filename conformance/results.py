@@ -34,7 +34,7 @@ def _encode(value):
     return value
 
 
-_NUMERIC_KEYS = {"kernel_err", "torch_err", "floor", "ratio", "worst_ratio"}
+_NUMERIC_KEYS = {"kernel_err", "torch_err", "floor", "ratio", "worst_ratio", "max_error", "tolerance"}
 
 
 def _decode(value, key: str | None = None):
@@ -64,13 +64,16 @@ def default_run_dir(backend_key: str, now: datetime.datetime | None = None) -> P
 
 
 class ResultsWriter:
-    """Writes one run's folder. Creating it starts a fresh results.jsonl."""
+    """Writes one run's folder. Creating it starts a fresh results.jsonl, or with
+    `append` (resuming a run) continues the existing one after its last whole line."""
 
-    def __init__(self, run_dir: str | Path, env: dict):
+    def __init__(self, run_dir: str | Path, env: dict, append: bool = False):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_env(self.run_dir, env)
-        self._handle = open(self.run_dir / RESULTS_FILE, "w", encoding="utf-8")
+        if append:
+            drop_torn_tail(self.run_dir / RESULTS_FILE)
+        self._handle = open(self.run_dir / RESULTS_FILE, "a" if append else "w", encoding="utf-8")
         self.count = 0
 
     def append(self, line: dict) -> None:
@@ -82,6 +85,17 @@ class ResultsWriter:
 
     def close(self) -> None:
         self._handle.close()
+
+
+def drop_torn_tail(path: Path) -> None:
+    """Cut a results file after its last newline: a line torn by a crash mid-write
+    would otherwise sit in the middle of the file once more lines are appended."""
+    if not path.exists():
+        return
+    with open(path, "rb+") as handle:
+        data = handle.read()
+        if data and not data.endswith(b"\n"):
+            handle.truncate(data.rfind(b"\n") + 1)
 
 
 def write_env(run_dir: str | Path, env: dict) -> Path:

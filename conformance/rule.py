@@ -47,11 +47,12 @@ def _as_float64(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.detach().to(device=device, dtype=torch.float64)
 
 
-def max_abs_error(actual: torch.Tensor, ref: torch.Tensor) -> float:
+def max_abs_error(actual: torch.Tensor, ref: torch.Tensor, exclude: torch.Tensor | None = None) -> float:
     """max|actual - ref| in float64, with equal positions counting 0.
 
     Equal infinities (lse = -inf on rows that see no key) are equal, not NaN.
     Any NaN in `actual`, or an infinity where `ref` differs, makes the error inf.
+    Positions where the bool mask `exclude` is set are not measured.
     """
     if actual.shape != ref.shape:
         raise ValueError(f"shape {tuple(actual.shape)} does not match the reference's {tuple(ref.shape)}")
@@ -61,13 +62,31 @@ def max_abs_error(actual: torch.Tensor, ref: torch.Tensor) -> float:
     r = _as_float64(ref, ref.device)
     diff = torch.where(a == r, 0.0, (a - r).abs())
     diff = torch.where(diff.isnan(), math.inf, diff)
+    if exclude is not None:
+        diff = torch.where(exclude.to(diff.device), 0.0, diff)
     return float(diff.max())
 
 
-def nonfinite_mismatch(actual: torch.Tensor, ref: torch.Tensor) -> int:
-    """How many elements are NaN/Inf in `actual` where `ref` is finite."""
+def nonfinite_mismatch(actual: torch.Tensor, ref: torch.Tensor, exclude: torch.Tensor | None = None) -> int:
+    """How many elements are NaN/Inf in `actual` where `ref` is finite (outside `exclude`)."""
     actual_bad = ~torch.isfinite(actual.detach().to(ref.device))
-    return int((actual_bad & torch.isfinite(ref.detach())).sum())
+    counted = actual_bad & torch.isfinite(ref.detach())
+    if exclude is not None:
+        counted &= ~exclude.to(ref.device)
+    return int(counted.sum())
+
+
+class BadInputRegion(NamedTuple):
+    """Where one planted NaN/Inf input may show in one tensor (see conformance.bad_inputs).
+
+    reached:   positions whose value depends on the bad input: they must be non-finite.
+    own_slice: the bad input's (batch, head) slice, where further non-finite values are
+               tolerated (IEEE 0 * NaN = NaN spreads it through tiled products in ways
+               that depend on the tiling) -- but nowhere else.
+    """
+
+    reached: torch.Tensor
+    own_slice: torch.Tensor
 
 
 # The smallest magnitude the floor assumes. A result that is zero by cancellation
@@ -113,11 +132,21 @@ def judge(kernel_err: float, torch_err: float, floor: float, bound: float = BOUN
 
 
 def compare_tensor(name: str, kernel: torch.Tensor, torch_path: torch.Tensor, ref: torch.Tensor,
-                   dtype_name: str, bound: float = BOUND) -> dict:
+                   dtype_name: str, bound: float = BOUND, bad_input: BadInputRegion | None = None) -> dict:
     """Judge one tensor; returns the record stored in a results line:
-    {name, kernel_err, torch_err, floor, ratio, nonfinite, passed}."""
-    kernel_err = max_abs_error(kernel, ref)
-    torch_err = max_abs_error(torch_path, ref)
+    {name, kernel_err, torch_err, floor, ratio, nonfinite, passed}, plus
+    {unpropagated, spilled} with a `bad_input` region (torch_path and ref then come
+    from inputs without the bad value; the region's positions are not measured).
+    `passed` is the rule alone; the runner turns the counts into verdicts."""
+    exclude, extra = None, {}
+    if bad_input is not None:
+        kernel_bad = ~torch.isfinite(kernel.detach()).to(ref.device)
+        reached, own_slice = bad_input.reached.to(ref.device), bad_input.own_slice.to(ref.device)
+        exclude = reached | (own_slice & kernel_bad)
+        extra = {"unpropagated": int((reached & ~kernel_bad).sum()),
+                 "spilled": int((own_slice & ~reached & kernel_bad).sum())}
+    kernel_err = max_abs_error(kernel, ref, exclude)
+    torch_err = max_abs_error(torch_path, ref, exclude)
     tensor_floor = floor(dtype_name, ref)
     ratio, passed = judge(kernel_err, torch_err, tensor_floor, bound)
     return {
@@ -126,6 +155,7 @@ def compare_tensor(name: str, kernel: torch.Tensor, torch_path: torch.Tensor, re
         "torch_err": torch_err,
         "floor": tensor_floor,
         "ratio": ratio,
-        "nonfinite": nonfinite_mismatch(kernel, ref),
+        "nonfinite": nonfinite_mismatch(kernel, ref, exclude),
         "passed": passed,
+        **extra,
     }

@@ -22,8 +22,9 @@ import traceback
 import torch
 from reference import MATCHED, REFERENCE
 
-from conformance import known_issues, verdicts
-from conformance.catalog import Case
+from conformance import bad_inputs, determinism, known_issues, verdicts
+from conformance.catalog import FP8_DTYPES, Case
+from conformance.distributions import Distribution
 from conformance.dropout import dropout_replay
 from conformance.environment import triton_version
 from conformance.implementations import Implementations, reproduce_command
@@ -66,21 +67,26 @@ def error_fields(exc: BaseException, prefix: str = "") -> dict:
 
 
 def run_case(case: Case, profile, implementations: Implementations, *,
-             backend_option: str | None = None, registry=None) -> dict:
+             backend_option: str | None = None, registry=None, check_determinism: bool = False,
+             distribution: Distribution | None = None) -> dict:
     """Run `case` on `profile`'s device with the chosen implementation; one results line.
 
     backend_option: the --backend the user gave (repeated in the reproduce command).
     registry: known-issue entries (default: the bundled known_issues.toml).
+    check_determinism: launch a forward twice; the line gets `deterministic` (conformance.determinism).
+    distribution: reshape the input values (conformance.distributions); the line gets `distribution`.
     """
     started = time.perf_counter()
     implementation = implementations.name(case.op)
     line = base_line(case, profile.key, implementation,
-                     reproduce_command(case.id, backend_option, implementations))
+                     reproduce_command(case.id, backend_option, implementations, distribution_args(distribution)))
+    if distribution is not None:
+        line["distribution"] = distribution.spec
     unsupported = case.unsupported_reason(profile)
     if unsupported:
         line.update(verdict=verdicts.UNSUPPORTED, rule_verdict=verdicts.UNSUPPORTED, reason=unsupported)
     else:
-        line.update(_judge(case, profile.device, implementations))
+        line.update(_judge(case, profile.device, implementations, check_determinism, distribution))
         issue = known_issues.match(case, profile, triton_version(), implementation, registry)
         line["verdict"] = known_issues.apply_known_issue(line["rule_verdict"], issue)
         if issue is not None:
@@ -92,37 +98,65 @@ def run_case(case: Case, profile, implementations: Implementations, *,
     return line
 
 
-def _judge(case: Case, device: str, implementations: Implementations) -> dict:
-    """rule_verdict, reason, tensors and worst_ratio (plus traceback on error)."""
+def distribution_args(distribution: Distribution | None) -> list[str]:
+    """The command-line words that select `distribution` again (none for the default)."""
+    return [] if distribution is None else ["--distribution", distribution.spec]
+
+
+def _judge(case: Case, device: str, implementations: Implementations, check_determinism: bool = False,
+           distribution: Distribution | None = None) -> dict:
+    """rule_verdict, reason, tensors and worst_ratio (plus traceback on error, `deterministic` if checked)."""
     op = OPERATORS[case.op]
-    inputs = make_inputs(case, device, op.inputs)
+    inputs = make_inputs(case, device, op.inputs, distribution)
+    check_determinism = check_determinism and case.direction == "fwd"
     try:
         function = implementations.resolve(case.op)
     except Exception as exc:  # the user's --kernel module does not import
         return {"rule_verdict": verdicts.ERROR, **error_fields(exc, prefix="importing the implementation: ")}
     try:
         kernel = _run_kernel(case, op, inputs, function, implementations, device)
+        if check_determinism:
+            kernel = determinism.snapshot(kernel)
+            differing = determinism.differing_tensors(
+                kernel, _run_kernel(case, op, inputs, function, implementations, device))
         replay = dropout_replay(case, function)
     except KernelFailure as failure:
         return {"rule_verdict": verdicts.ERROR, **error_fields(failure.__cause__ or failure)}
     except TypeError as exc:  # no way to replay its dropout mask
         return {"rule_verdict": verdicts.ERROR, **error_fields(exc)}
-    dropout = replay.as_reference() if replay is not None else None
-    reference = op.torch_path(case, inputs.detached(), inputs.do, REFERENCE, dropout)
-    if replay is not None:
-        replay.counting = False  # the keep rate is counted over one precision's passes
-    matched = op.torch_path(case, inputs.detached(), inputs.do, MATCHED, dropout)
+    reference, matched, bad_input_regions = _torch_paths(case, op, inputs, replay)
     contract_problem = _contract_problem(case, kernel, reference)
     if contract_problem:
         return {"rule_verdict": verdicts.ERROR, "reason": f"output contract: {contract_problem}"}
-    tensors = [compare_tensor(name, kernel[name], matched[name], reference[name], _expected_dtype(case, name))
+    tensors = [compare_tensor(name, kernel[name], matched[name], reference[name], _expected_dtype(case, name),
+                              bad_input=bad_input_regions.get(name))
                for name in reference]
     verdict, reason = _rule_verdict(tensors)
     extra = {"dropout_keep_rate": replay.keep_rate()} if replay is not None else {}
     if replay is not None and verdict == verdicts.PASS and replay.rate_problem():
         verdict, reason = verdicts.FAIL, replay.rate_problem()
+    if check_determinism:
+        verdict, reason = determinism.verdict_after_check(verdict, reason, differing)
+        extra["deterministic"] = not differing
     return {"rule_verdict": verdict, "reason": reason, "tensors": tensors,
             "worst_ratio": worst_ratio(tensors), **extra}
+
+
+def _torch_paths(case: Case, op: Operator, inputs: Inputs, replay) -> tuple[dict, dict, dict]:
+    """The fp32 reference's and the same-precision torch path's tensors, by name, and
+    for a bad-input case the region of each tensor the bad value must reach (computed
+    from finite stand-ins for it: conformance.bad_inputs)."""
+    dropout = replay.as_reference() if replay is not None else None
+    tensors, regions = inputs.detached(), {}
+    if case.bad_input is not None:
+        tensors = bad_inputs.replaced(case, inputs.tensors, bad_inputs.CLEAN_VALUE)
+        probe = bad_inputs.replaced(case, inputs.tensors, bad_inputs.PROBE_VALUE)
+        regions = bad_inputs.regions(op.torch_path(case, tensors, inputs.do, REFERENCE, dropout),
+                                     op.torch_path(case, probe, inputs.do, REFERENCE, dropout))
+    reference = op.torch_path(case, tensors, inputs.do, REFERENCE, dropout)
+    if replay is not None:
+        replay.counting = False  # the keep rate is counted over one precision's passes
+    return reference, op.torch_path(case, tensors, inputs.do, MATCHED, dropout), regions
 
 
 def _run_kernel(case: Case, op: Operator, inputs: Inputs, function, implementations: Implementations,
@@ -146,7 +180,11 @@ def _run_kernel(case: Case, op: Operator, inputs: Inputs, function, implementati
 
 
 def _expected_dtype(case: Case, name: str) -> str:
-    return "fp32" if name in ("lse", "total") else case.dtype
+    """The dtype a tensor must come back in (and whose rounding the rule's floor allows):
+    lse and total are fp32 statistics; fp8 forwards write an fp16 output."""
+    if name in ("lse", "total"):
+        return "fp32"
+    return "fp16" if case.dtype in FP8_DTYPES else case.dtype
 
 
 def _contract_problem(case: Case, kernel: dict, reference: dict) -> str | None:
@@ -170,6 +208,11 @@ def _rule_verdict(tensors: list[dict]) -> tuple[str, str]:
     if nonfinite:
         return verdicts.NONFINITE, "; ".join(
             f"{t['name']}: {t['nonfinite']} non-finite values where the reference is finite" for t in nonfinite)
+    swallowed = [t for t in tensors if t.get("unpropagated")]
+    if swallowed:
+        return verdicts.FAIL, "; ".join(
+            f"{t['name']}: {t['unpropagated']} finite values where the NaN/Inf input must show "
+            "(it was not propagated)" for t in swallowed)
     failed = [t for t in tensors if not t["passed"]]
     if failed:
         return verdicts.FAIL, "; ".join(
@@ -191,5 +234,8 @@ def _synchronize(device: str) -> None:
 
 def _release_memory(device: str) -> None:
     if device == "cuda":
-        torch.cuda.empty_cache()
+        try:
+            torch.cuda.empty_cache()
+        except Exception:  # a sticky CUDA error (illegal address): the case's line already says what
+            pass  # the kernel did, and an isolated worker is replaced after its health check
 

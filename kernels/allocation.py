@@ -38,12 +38,19 @@ def new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+def output_dtype(input_dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the attention output: the input dtype, except fp16 for fp8 inputs
+    (3 or 2 mantissa bits would round away most of the accuracy the kernel has;
+    fp16 holds every convex combination of fp8 values' range, max 57,344 < 65,504)."""
+    return torch.float16 if input_dtype.itemsize == 1 else input_dtype
+
+
 def new_forward_outputs(q: torch.Tensor, seq_k: int):
-    """(out like q, lse (B, H, Sq) fp32, done): `done` when the problem is empty and
-    the outputs are already final -- nothing for Sq = 0, and for Sk = 0 every row
-    sees no key (out 0, lse -inf)."""
+    """(out (B, H, Sq, D) of `output_dtype`, lse (B, H, Sq) fp32, done): `done` when
+    the problem is empty and the outputs are already final -- nothing for Sq = 0,
+    and for Sk = 0 every row sees no key (out 0, lse -inf)."""
     batch, heads, seq_q, _ = q.shape
-    out = new_output(q.shape, q.dtype, q.device)
+    out = new_output(q.shape, output_dtype(q.dtype), q.device)
     lse = new_output((batch, heads, seq_q), torch.float32, q.device)
     if seq_q == 0:
         return out, lse, True

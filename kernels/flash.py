@@ -20,12 +20,15 @@ from kernels.flash_forward import flash_forward_kernel
 from kernels.launch import launch, launch_kwargs, padded_head_dim
 from kernels.total_attention import total_attention_kernel
 from kernels.validation import (
+    DTYPE_NAMES,
     check_attention_shapes,
     check_device,
     check_flag,
     check_head_dim,
     check_same,
     check_sm_scale,
+    check_dtype_supported,
+    check_forward_only,
     check_tensor,
 )
 
@@ -44,7 +47,7 @@ def _forward(q, k, v, causal: bool, sm_scale: float, dropout: DropoutParams | No
     out, lse, done = new_forward_outputs(q, seq_k)
     if done:
         return out, lse
-    block_d = padded_head_dim(head_dim)
+    block_d = padded_head_dim(head_dim, q.dtype)
     cfg = launch_kwargs("fwd", block_d, q.dtype)
     drop_args, drop_flag = _dropout_kwargs(dropout)
     launch(flash_forward_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,
@@ -64,14 +67,13 @@ def _backward(q, k, v, out, lse, do, causal: bool, sm_scale: float, dropout: Dro
     dv = new_output(v.shape, v.dtype, v.device)
     if seq_q == 0 or seq_k == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
-    block_d = padded_head_dim(head_dim)
+    block_d = padded_head_dim(head_dim, q.dtype)
     emulate = active_profile().emulate_bf16
 
     delta = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
-    pre = launch_kwargs("bwd_preprocess", block_d, q.dtype)
+    pre = launch_kwargs("bwd_preprocess", block_d, q.dtype, tiles=("BLOCK_M",))
     launch(delta_kernel, triton.cdiv(seq_q, pre["BLOCK_M"]), batch * heads,
-           out, do, delta, *out.stride(), *do.stride(), heads, seq_q, head_dim,
-           BLOCK_M=pre["BLOCK_M"], BLOCK_D=block_d, num_warps=pre["num_warps"])
+           out, do, delta, *out.stride(), *do.stride(), heads, seq_q, head_dim, BLOCK_D=block_d, **pre)
 
     group = heads // kv_heads
     shapes = (seq_q, seq_k, head_dim)
@@ -99,7 +101,7 @@ def _total_attention(q, k, lse, causal: bool, sm_scale: float) -> torch.Tensor:
         return total
     if seq_q == 0:
         return total.zero_()
-    block_d = padded_head_dim(head_dim)
+    block_d = padded_head_dim(head_dim, q.dtype)
     cfg = launch_kwargs("total", block_d, q.dtype)
     launch(total_attention_kernel, triton.cdiv(seq_k, cfg["BLOCK_N"]), batch * heads,
            q, k, lse, total, sm_scale, *q.stride(), *k.stride(),
@@ -127,12 +129,15 @@ class _FlashAttention(torch.autograd.Function):
 def _check_arguments(q, k, v, causal, sm_scale) -> float:
     """Validate everything about the tensors and the mask; return sm_scale."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, t)
+        check_tensor(name, t, dtypes=DTYPE_NAMES)
     tensors = {"q": q, "k": k, "v": v}
     check_same(tensors, "dtype")
     check_same(tensors, "device")
     profile = active_profile()
     check_device("q", q, profile)
+    check_dtype_supported("q", q, profile)
+    for name, t in tensors.items():
+        check_forward_only(name, t)
     check_attention_shapes(q, k, v)
     check_head_dim(q.shape[3], profile)
     check_flag("causal", causal)
@@ -144,7 +149,9 @@ def flash_attention(q, k, v, causal=False, sm_scale=None, return_log_normalizer=
     """Scaled dot-product attention, FlashAttention-2 style, with autograd.
 
     q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_k, head_dim)
-    with kv_heads dividing heads (MQA/GQA). fp16, bf16 or fp32, all the same.
+    with kv_heads dividing heads (MQA/GQA). fp16, bf16 or fp32, all the same;
+    or fp8 (float8_e4m3fn / float8_e5m2, forward only) where the backend profile
+    lists it, with an fp16 output.
     Head dims the active backend profile lists (non-powers of two are padded).
     causal: bottom-right aligned mask (key j visible to query i iff
         j <= i + seq_k - seq_q); rows that see no key give output 0.
@@ -163,7 +170,7 @@ def flash_attention(q, k, v, causal=False, sm_scale=None, return_log_normalizer=
         is a function of (seed, b*heads + h, i, j) only: the backward, other
         launch configurations and `kernels.dropout_keep_mask` reproduce it.
 
-    Returns out (like q) when no extra output is asked for; otherwise the tuple
+    Returns out (like q; fp16 for fp8 inputs) when no extra output is asked for; otherwise the tuple
     (out, lse, total) holding only the requested extras, in that order: e.g.
     (out, lse) or (out, total).  Strided (non-contiguous) inputs are read in
     place through their strides, never copied.

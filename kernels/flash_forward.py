@@ -18,13 +18,14 @@ import triton.language as tl
 from kernels.blocks import (
     LOG2_E,
     causal_key_end,
-    compensated_add,
     dropout_keep,
+    finished_rows,
     head_offset,
     load_head_tile,
     load_tile,
     mma,
     narrow,
+    online_softmax_weights,
     program_coordinates,
     raw_scores,
     store_tile,
@@ -62,31 +63,17 @@ def flash_forward_kernel(
 
     row_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    # The row sum takes one addition per key block: 512 sequential fp32 additions at
-    # Sk = 32k, whose rounding (measured on an H100: lse error 2.6x torch's
-    # logsumexp) Kahan compensation removes for a few vector ops per block.
-    row_sum_error = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    row_sum_error = tl.zeros((BLOCK_M,), dtype=tl.float32)  # Kahan compensation
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
 
     key_end = causal_key_end((block_m + 1) * BLOCK_M, seq_q, seq_k, CAUSAL)
     for key_start in range(0, key_end, BLOCK_N):
         cols = key_start + tl.arange(0, BLOCK_N)
         k = load_tile(k_base, cols, dims, stride_kn, stride_kd, seq_k, head_dim)
-        # The running max is kept on *unscaled* scores and the scale applied to
-        # (s - max): that difference is exact or nearly so for the entries that
-        # dominate the row, whereas scaling first rounds every score relative to
-        # its full magnitude.  This keeps lse as accurate as torch's logsumexp.
         s = raw_scores(q, k, EMULATE_BF16)
         s = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), s, float("-inf"))
-
-        new_max = tl.maximum(row_max, tl.max(s, 1))
-        # A row that has seen only masked keys so far has max -inf; exponentiate
-        # against 0 instead so exp2(-inf - -inf) never produces NaN.
-        safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
-        p = tl.math.exp2((s - safe_max[:, None]) * qk_scale)
-        rescale = tl.math.exp2((row_max - safe_max) * qk_scale)
-        row_sum, row_sum_error = compensated_add(row_sum * rescale, row_sum_error * rescale,
-                                                 tl.sum(p, 1))
+        p, rescale, row_max, row_sum, row_sum_error = online_softmax_weights(
+            s, row_max, row_sum, row_sum_error, qk_scale)
 
         v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
         if DROPOUT:
@@ -94,17 +81,11 @@ def flash_forward_kernel(
                          p, 0.0)
         # P is rounded to the input dtype for the tensor-core product, as in
         # every fused attention kernel; the accumulator stays fp32.
-        p_low = narrow(p, v.dtype, EMULATE_BF16)
-        acc = mma(p_low, v, acc * rescale[:, None], EMULATE_BF16)
-        row_max = new_max
+        acc = mma(narrow(p, v.dtype, EMULATE_BF16), v, acc * rescale[:, None], EMULATE_BF16)
 
-    has_keys = row_sum > 0.0
-    safe_sum = tl.where(has_keys, row_sum, 1.0)
-    out = acc / safe_sum[:, None]
+    out, lse = finished_rows(acc, row_max, row_sum, sm_scale)
     if DROPOUT:
         out = out * keep_scale
     o_base = O + head_offset(batch, head, stride_ob, stride_oh)
     store_tile(o_base, out, rows, dims, stride_om, stride_od, seq_q, head_dim, EMULATE_BF16)
-
-    lse = tl.where(has_keys, row_max * sm_scale + tl.math.log(safe_sum), float("-inf"))
     tl.store(LSE + batch_head.to(tl.int64) * seq_q + rows, lse, mask=rows < seq_q)

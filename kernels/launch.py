@@ -21,17 +21,38 @@ from kernels.validation import DTYPE_NAMES
 MAX_GRID_BATCH_HEADS = 65535
 
 
-def padded_head_dim(head_dim: int) -> int:
-    """BLOCK_D: tl.arange and tl.dot need a power of two >= 16; padding lanes are masked
-    on load and store and are 0 in every product, so 96 and 192 are exact."""
-    return max(16, triton.next_power_of_2(head_dim))
+def padded_head_dim(head_dim: int, dtype: torch.dtype | None = None) -> int:
+    """BLOCK_D: tl.arange and tl.dot need a power of two >= 16 (>= 32 for 8-bit
+    operands: fp8 MMA instructions consume K in steps of 32, and Triton refuses a
+    16-wide fp8 dot); padding lanes are masked on load and store and are 0 in every
+    product, so 96, 192 and padded fp8 dims are exact."""
+    smallest = 32 if dtype is not None and dtype.itemsize == 1 else 16
+    return max(smallest, triton.next_power_of_2(head_dim))
 
 
-def launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype) -> dict:
-    """BLOCK_M, BLOCK_N, num_warps, num_stages of `kernel` on the active backend."""
+def launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype, tiles=("BLOCK_M", "BLOCK_N")) -> dict:
+    """The tile sizes named in `tiles` (those the kernel takes), num_warps, num_stages
+    and the backend's knobs (e.g. waves_per_eu) of `kernel` on the active backend."""
     cfg = active_profile().launch_config(kernel, block_d, DTYPE_NAMES[dtype])
-    return dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    sizes = {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n}
+    return {**{name: sizes[name] for name in tiles}, **cfg.options()}
+
+
+def _on_device(kernel, grid: tuple, *args, **kwargs) -> None:
+    kernel[grid](*args, **kwargs)
+
+
+# What `launch` does with each (kernel, grid, arguments): run it on the device, or,
+# under the compile-only tier (conformance/compile_only), compile it for a target.
+_launcher = _on_device
+
+
+def set_launcher(launcher=None):
+    """Route every launch to `launcher(kernel, grid, *args, **kwargs)` (None: the device);
+    returns the previous launcher."""
+    global _launcher
+    previous, _launcher = _launcher, launcher or _on_device
+    return previous
 
 
 def launch(kernel, blocks: int, batch_heads: int, *args, **kwargs) -> None:
@@ -39,4 +60,4 @@ def launch(kernel, blocks: int, batch_heads: int, *args, **kwargs) -> None:
     of n <= MAX_GRID_BATCH_HEADS slices as it takes to cover `batch_heads`."""
     for first in range(0, batch_heads, MAX_GRID_BATCH_HEADS):
         count = min(MAX_GRID_BATCH_HEADS, batch_heads - first)
-        kernel[(blocks, count)](*args, first_batch_head=first, **kwargs)
+        _launcher(kernel, (blocks, count), *args, first_batch_head=first, **kwargs)

@@ -35,13 +35,13 @@ from kernels.validation import (
 )
 
 
-def _launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype) -> dict:
+def _launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype, **options) -> dict:
     """Launch config from the profile's `piecewise_<kernel>` table if it has one,
     else the flash kernel's table of the same role."""
     try:
-        return launch_kwargs(f"piecewise_{kernel}", block_d, dtype)
+        return launch_kwargs(f"piecewise_{kernel}", block_d, dtype, **options)
     except KeyError:
-        return launch_kwargs(kernel, block_d, dtype)
+        return launch_kwargs(kernel, block_d, dtype, **options)
 
 
 def _forward(q1, k1, q2, k2, v, threshold: int, causal: bool, scale: float):
@@ -64,10 +64,9 @@ def _delta(out, do, block_d: int):
     """delta_i = sum_d dO_id O_id (fp32), by the flash backward's pre-pass."""
     batch, heads, seq_q, head_dim = out.shape
     delta = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=out.device)
-    pre = _launch_kwargs("bwd_preprocess", block_d, out.dtype)
+    pre = _launch_kwargs("bwd_preprocess", block_d, out.dtype, tiles=("BLOCK_M",))
     launch(delta_kernel, triton.cdiv(seq_q, pre["BLOCK_M"]), batch * heads,
-           out, do, delta, *out.stride(), *do.stride(), heads, seq_q, head_dim,
-           BLOCK_M=pre["BLOCK_M"], BLOCK_D=block_d, num_warps=pre["num_warps"])
+           out, do, delta, *out.stride(), *do.stride(), heads, seq_q, head_dim, BLOCK_D=block_d, **pre)
     return delta
 
 

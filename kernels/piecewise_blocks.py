@@ -9,7 +9,7 @@ queries to the end of the keys, as the causal mask does.
 import triton
 import triton.language as tl
 
-from kernels.blocks import LOG2_E, compensated_add, mma, narrow, raw_scores
+from kernels.blocks import LOG2_E, mma, narrow, online_softmax_weights, raw_scores
 
 
 @triton.jit
@@ -35,33 +35,13 @@ def piecewise_raw_scores(q1, k1, q2, k2, near, EMULATE_BF16: tl.constexpr):
 def online_softmax_step(s, v, row_max, row_sum, row_sum_error, acc, qk_scale,
                         EMULATE_BF16: tl.constexpr):
     """Fold one tile of masked (-inf) unscaled scores s and its values v into the
-    online-softmax state (running max, Kahan-compensated running sum, fp32 acc).
-
-    The same arithmetic as the flash forward's loop body, in the same order, so
-    a piecewise tile wholly inside or outside the band reproduces flash_attention
-    bit for bit: max on unscaled scores, scale applied to (s - max); P rounded to
-    the input dtype for the product, accumulator fp32."""
-    new_max = tl.maximum(row_max, tl.max(s, 1))
-    # Rows that have seen only masked keys have max -inf: exp2(-inf - -inf) is NaN.
-    safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
-    p = tl.math.exp2((s - safe_max[:, None]) * qk_scale)
-    rescale = tl.math.exp2((row_max - safe_max) * qk_scale)
-    row_sum, row_sum_error = compensated_add(row_sum * rescale, row_sum_error * rescale,
-                                             tl.sum(p, 1))
-    p_low = narrow(p, v.dtype, EMULATE_BF16)
-    acc = mma(p_low, v, acc * rescale[:, None], EMULATE_BF16)
-    return new_max, row_sum, row_sum_error, acc
-
-
-@triton.jit
-def finished_rows(acc, row_max, row_sum, sm_scale):
-    """Normalised output tile and natural-log normalizer; rows without a visible
-    key give output 0 and lse -inf."""
-    has_keys = row_sum > 0.0
-    safe_sum = tl.where(has_keys, row_sum, 1.0)
-    out = acc / safe_sum[:, None]
-    lse = tl.where(has_keys, row_max * sm_scale + tl.math.log(safe_sum), float("-inf"))
-    return out, lse
+    online-softmax state (running max, Kahan-compensated running sum, fp32 acc),
+    with the flash forward's arithmetic in its order, so a piecewise tile wholly
+    inside or outside the band reproduces flash_attention bit for bit."""
+    p, rescale, row_max, row_sum, row_sum_error = online_softmax_weights(
+        s, row_max, row_sum, row_sum_error, qk_scale)
+    acc = mma(narrow(p, v.dtype, EMULATE_BF16), v, acc * rescale[:, None], EMULATE_BF16)
+    return row_max, row_sum, row_sum_error, acc
 
 
 @triton.jit

@@ -11,6 +11,7 @@ import triton.language as tl
 from kernels.blocks import (
     LOG2_E,
     causal_key_end,
+    finished_rows,
     head_offset,
     load_head_tile,
     load_tile,
@@ -19,7 +20,6 @@ from kernels.blocks import (
     visible,
 )
 from kernels.piecewise_blocks import (
-    finished_rows,
     near_pairs,
     online_softmax_step,
     piecewise_raw_scores,

@@ -12,17 +12,21 @@ import numbers
 
 import torch
 
-DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+HIGH_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+# 8-bit floats: forward only (no backward kernel), where the backend has fp8 MMA.
+FP8 = {torch.float8_e4m3fn: "fp8e4m3", torch.float8_e5m2: "fp8e5m2"}
+DTYPE_NAMES = {**HIGH_PRECISION, **FP8}
 
 
-def check_tensor(name: str, t, rank: int = 4) -> None:
+def check_tensor(name: str, t, rank: int = 4, dtypes: dict = HIGH_PRECISION) -> None:
+    """A torch.Tensor of `rank` dims whose dtype is one of `dtypes` (dtype -> name)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.dim() != rank:
         raise ValueError(f"{name}: expected a rank-{rank} tensor (batch, heads, seqlen, head_dim), "
                          f"got shape {tuple(t.shape)}")
-    if t.dtype not in DTYPE_NAMES:
-        names = ", ".join(str(d) for d in DTYPE_NAMES)
+    if t.dtype not in dtypes:
+        names = ", ".join(str(d) for d in dtypes)
         raise TypeError(f"{name}: expected dtype in ({names}), got {t.dtype}")
 
 
@@ -44,6 +48,21 @@ def check_device(name: str, t: torch.Tensor, profile) -> None:
                          "or Triton's CPU interpreter (set TRITON_INTERPRET=1 before importing kernels)")
     raise ValueError(f"{name}: tensor is on {t.device}, but the active backend {profile.key} "
                      f"runs on {profile.device}")
+
+
+def check_dtype_supported(name: str, t: torch.Tensor, profile) -> None:
+    """The backend profile lists t's dtype (fp8 needs fp8 MMA: sm_89 and newer)."""
+    dtype = DTYPE_NAMES[t.dtype]
+    if dtype not in profile.dtypes:
+        raise ValueError(f"{name}: dtype {t.dtype} ({dtype}) is not supported on backend {profile.key}; "
+                         f"supported: {', '.join(profile.dtypes)}")
+
+
+def check_forward_only(name: str, t: torch.Tensor) -> None:
+    """fp8 has no backward kernel: refuse to build an autograd graph we cannot finish."""
+    if t.dtype in FP8 and t.requires_grad and torch.is_grad_enabled():
+        raise ValueError(f"{name}: {t.dtype} inputs are forward-only (there is no fp8 backward); "
+                         "detach them or call under torch.no_grad()")
 
 
 def check_head_dim(head_dim: int, profile) -> None:

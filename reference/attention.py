@@ -25,7 +25,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from .blocks import BlockSetup, grouped
+from .blocks import BlockSetup, grouped, probabilities, softmax_values
 from .chunking import DEFAULT_MAX_CHUNK_BYTES, plan_chunks, spans
 from .dropout import Dropout
 from .precision import REFERENCE, Precision
@@ -81,31 +81,16 @@ def _scores(st: _Setup, qb: Tensor, kb: Tensor, row_start: int) -> Tensor:
     return s
 
 
-def _probabilities(s: Tensor, lse: Tensor) -> Tensor:
-    """P = exp(S - lse) in place on ``s``. Rows with lse = -inf (no visible key) give 0, not NaN."""
-    finite_lse = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
-    return s.sub_(finite_lse.unsqueeze(-1)).exp_()
-
-
 def _forward_block(st: _Setup, qb: Tensor, kb: Tensor, vb: Tensor, row_start: int,
                    keep: Optional[Tensor], want_total: bool) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
     """One block of the forward: qb (n, G, rows, D) -> out (n, G, rows, D), lse (n, G, rows)
-    and, if ``want_total``, the column sums of P (n, G, Sk').
-
-    All in the accumulate dtype; P is rounded per the precision before P @ V (after the keep
-    mask, if any: masking is exact).
-    """
-    n, g, rows, d = qb.shape
+    and, if ``want_total``, the column sums of P (n, G, Sk'), all in the accumulate dtype."""
     s = _scores(st, qb, kb, row_start)
     lse = torch.logsumexp(s, dim=-1)
-    p = _probabilities(s, lse)
-    column_sums = p.sum(dim=-2) if want_total else None
-    if keep is not None:
-        p.mul_(keep)
-    out = torch.matmul(st.rounded(p).view(n, g * rows, -1), vb)
-    if keep is not None:
-        out.mul_(st.dropout.keep_scale)
-    return out.view(n, g, rows, d), lse, column_sums
+    # The total attention kernel rebuilds P from lse, as the backward does.
+    column_sums = probabilities(s.clone(), lse).sum(dim=-2) if want_total else None
+    keep_scale = st.dropout.keep_scale if keep is not None else 1.0
+    return softmax_values(st, s, vb, keep, keep_scale), lse, column_sums
 
 
 @torch.no_grad()
@@ -180,7 +165,7 @@ def _backward_block(st: _Setup, blk: Tuple[Tensor, ...], kb: Tensor, vb: Tensor,
     m = g * rows
     q2, do2 = qb.reshape(n, m, d), dob.reshape(n, m, d)
     delta = (dob * ob).sum(dim=-1, keepdim=True)
-    p = _probabilities(_scores(st, qb, kb, row_start), lse)
+    p = probabilities(_scores(st, qb, kb, row_start), lse)
     dp = torch.matmul(do2, vb.mT).view(p.shape)
     if keep is not None:
         dp.mul_(keep).mul_(st.dropout.keep_scale)

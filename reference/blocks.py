@@ -1,5 +1,6 @@
 """What every chunked reference computation shares: the per-call setup (sizes,
-scale, mask, precision, chunk plan) and the (batch, kv head) unit views.
+scale, mask, precision, chunk plan), the (batch, kv head) unit views, and the
+softmax steps of one block.
 
 Layout: q-like tensors are viewed as (U, G, S, ...) and k-like ones as (U, Sk, D),
 where U = B * Hkv (batch, kv head) units and G = H // Hkv query heads per kv head.
@@ -58,3 +59,39 @@ def grouped(x: Tensor, dims: Dims) -> Tensor:
 def units(x: Tensor, dims: Dims) -> Tensor:
     """(B, Hkv, Sk, D) -> (U, Sk, D)."""
     return x.reshape(dims.units, dims.sk, dims.head_dim)
+
+
+def probabilities(s: Tensor, lse: Tensor) -> Tensor:
+    """P = exp(S - lse) in place on ``s``. Rows with lse = -inf (no visible key) give 0, not NaN."""
+    finite_lse = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
+    return s.sub_(finite_lse.unsqueeze(-1)).exp_()
+
+
+def _finite_row_max(s: Tensor) -> Tensor:
+    """max over keys, keeping the key axis; 0 for rows that see no key (all -inf, or none)."""
+    if s.shape[-1] == 0:
+        return s.new_zeros((*s.shape[:-1], 1))
+    row_max = s.amax(dim=-1, keepdim=True)
+    return torch.where(torch.isneginf(row_max), 0.0, row_max)
+
+
+def softmax_values(st: BlockSetup, s: Tensor, vb: Tensor, keep: Tensor | None = None,
+                   keep_scale: float = 1.0) -> Tensor:
+    """softmax(S) V of one block, consuming ``s`` (n, G, rows, Sk'); vb (n, Sk', D) ->
+    (n, G, rows, D) in the accumulate dtype.
+
+    As in an online-softmax kernel, the weights enter P @ V un-normalised -- relative to
+    their row max, so in [0, 1] -- rounded per the precision (after the dropout keep mask,
+    if any: masking is exact), and the product is divided by the row sum afterwards, then
+    scaled by ``keep_scale``. Rounding the normalised P instead would push the weights of
+    long rows (P ~ 1/Sk) into fp16 and fp8 subnormals: worse than any fused kernel.
+    """
+    n, g, rows, _ = s.shape
+    weights = s.sub_(_finite_row_max(s)).exp_()
+    row_sum = weights.sum(dim=-1, keepdim=True)
+    if keep is not None:
+        weights.mul_(keep)
+    out = torch.matmul(st.rounded(weights).view(n, g * rows, -1), vb).view(n, g, rows, vb.shape[-1])
+    out.div_(torch.where(row_sum > 0, row_sum, 1.0))  # rows that see no key stay 0
+    return out.mul_(keep_scale) if keep is not None else out
+

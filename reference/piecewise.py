@@ -19,7 +19,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from .blocks import BlockSetup, grouped, units
+from .blocks import BlockSetup, grouped, probabilities, softmax_values, units
 from .chunking import DEFAULT_MAX_CHUNK_BYTES, plan_chunks, spans
 from .precision import REFERENCE, Precision
 from .tf32 import ieee_fp32_matmul
@@ -98,20 +98,11 @@ def _scores(st: _Setup, qb: Tuple[Tensor, Tensor], kb: Tuple[Tensor, Tensor],
     return s, near
 
 
-def _probabilities(s: Tensor, lse: Tensor) -> Tensor:
-    """P = exp(S - lse) in place on ``s``; rows with lse = -inf (no visible key) give 0."""
-    finite_lse = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
-    return s.sub_(finite_lse.unsqueeze(-1)).exp_()
-
-
 def _forward_block(st: _Setup, qb, kb, vb: Tensor, row_start: int) -> Tuple[Tensor, Tensor]:
     """qb = (q1, q2) blocks (n, G, rows, D), kb = (k1, k2) and vb (n, Sk', D) -> out, lse."""
-    n, g, rows, d = qb[0].shape
     s, _ = _scores(st, qb, kb, row_start)
     lse = torch.logsumexp(s, dim=-1)
-    p = _probabilities(s, lse)
-    out = torch.matmul(st.rounded(p).view(n, g * rows, -1), vb)
-    return out.view(n, g, rows, d), lse
+    return softmax_values(st, s, vb), lse
 
 
 @torch.no_grad()
@@ -155,7 +146,7 @@ def _backward_block(st: _Setup, blk, kb, vb: Tensor, acc, row_start: int) -> Tup
 
     delta = (dob * ob).sum(dim=-1, keepdim=True)
     s, near = _scores(st, (q1b, q2b), kb, row_start)
-    p = _probabilities(s, lse)
+    p = probabilities(s, lse)
     acc[2].add_(torch.matmul(flat(st.rounded(p)).mT, flat(dob)))
     ds = torch.matmul(flat(dob), vb.mT).view(p.shape).sub_(delta).mul_(p)
     del p, s

@@ -45,8 +45,11 @@ class Precision:
         return input_dtype if self.operand_dtype is None else self.operand_dtype
 
     def output_dtype_for(self, input_dtype: torch.dtype) -> torch.dtype:
-        """The dtype of out/dq/dk/dv, for inputs of ``input_dtype``."""
-        return input_dtype if self.output_dtype is None else self.output_dtype
+        """The dtype of out/dq/dk/dv, for inputs of ``input_dtype``: fp16 for 8-bit
+        inputs, whose 2-3 mantissa bits would round away the result's accuracy."""
+        if self.output_dtype is not None:
+            return self.output_dtype
+        return torch.float16 if input_dtype.itemsize == 1 else input_dtype
 
     def as_operand(self, x: torch.Tensor, input_dtype: torch.dtype) -> torch.Tensor:
         """Round ``x`` to the operand dtype, then widen it to the accumulate dtype.

@@ -11,7 +11,7 @@ import torch
 
 from .precision import Precision
 
-_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_FLOAT_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def _check_tensor(name: str, x: object, rank: int, layout: str) -> torch.Tensor:
     if x.dim() != rank:
         raise ValueError(f"{name} must have rank {rank} {layout}, got shape {tuple(x.shape)}")
     if x.dtype not in _FLOAT_DTYPES:
-        raise ValueError(f"{name} must be float16, bfloat16, float32 or float64, got {x.dtype}")
+        raise ValueError(f"{name} must be float8_e4m3fn, float8_e5m2, float16, bfloat16, float32 or float64, got {x.dtype}")
     return x
 
 

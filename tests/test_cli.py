@@ -25,13 +25,13 @@ def keep_active_profile(monkeypatch):
 
 
 def run_cli(tmp_path, fake, *case_ids, extra=()):
-    """Run one `run` in-process; returns (exit code, results lines, run dir)."""
+    """Run one `run` in-process; returns (exit code, case results lines, run dir)."""
     out = tmp_path / "run"
     argv = ["run", "--out", str(out), "--kernel", f"flash_attention=tests.fake_kernels:{fake}", *extra]
     for case_id in case_ids:
         argv += ["--case", case_id]
     code = main(argv)
-    return code, read_results(out), out
+    return code, [line for line in read_results(out) if line.get("kind") != "probe"], out
 
 
 def test_list_prints_only_case_ids(capsys):

@@ -16,28 +16,15 @@ PROFILE = activate()  # must precede `import kernels` (sets TRITON_INTERPRET=1 o
 import kernels  # noqa: E402
 import kernels.dropout  # noqa: E402
 from kernel_checks import assert_rule, judge_kernel, kernel_tensors, make_qkv  # noqa: E402
+from reference.philox import KNOWN_ANSWERS, philox4x32_10  # noqa: E402
 
 DEVICE = PROFILE.device
 
 
 # ----------------------------------------------------------------------------- Philox, independently
 
-def philox4x32_10(counter, key):
-    """Random123's Philox-4x32-10 in numpy uint64 arithmetic (vectorised over the counter)."""
-    mask = np.uint64(0xFFFFFFFF)
-    c = [np.asarray(x, dtype=np.uint64) for x in counter]
-    k0, k1 = (np.uint64(x) for x in key)
-    for _ in range(10):
-        p0, p1 = np.uint64(0xD2511F53) * c[0], np.uint64(0xCD9E8D57) * c[2]
-        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & mask, (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & mask]
-        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & mask, (k1 + np.uint64(0xBB67AE85)) & mask
-    return c
-
-
 def test_numpy_philox_matches_random123_known_answers():
-    answers = {((0,) * 4, (0, 0)): (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8),
-               ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2): (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)}
-    for (counter, key), expected in answers.items():
+    for (counter, key), expected in KNOWN_ANSWERS.items():
         assert tuple(int(x) for x in philox4x32_10(counter, key)) == expected
 
 

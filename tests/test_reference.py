@@ -347,7 +347,7 @@ def test_forward_argument_validation():
     _fwd_error(r"k has 2 heads but v has 1", v=v[:, :1])
     _fwd_error(r"k sequence length \(Sk\) 32 does not match v's 31", v=v[:, :, :31])
     _fwd_error(r"v dtype torch.float32 does not match q dtype torch.float64", v=v.float())
-    _fwd_error(r"q must be float16, bfloat16, float32 or float64", q=q.to(torch.int32))
+    _fwd_error(r"q must be float8_e4m3fn, float8_e5m2, float16, bfloat16, float32 or float64", q=q.to(torch.int32))
     _fwd_error(r"max_chunk_bytes must be a positive int", max_chunk_bytes=0)
     _fwd_error(r"sm_scale must be finite", sm_scale=float("nan"))
     with pytest.raises(TypeError, match=r"precision must be a reference.Precision"):

@@ -1,5 +1,11 @@
-"""Reports rendered from a hand-written run folder (tests/data/report_run), and the
-results-file reader/writer they depend on."""
+"""Reports rendered from recorded run folders, and the results-file reader/writer.
+
+tests/data/report_run: a hand-written run with every verdict, two primitive
+probes (one failing, blamed by a failing case's `backend_fault`) and three
+compile checks. tests/data/h100_sample: 30 real lines of the H100 standard run
+(the worst case of each direction x dtype x head dim, and every fwd fp16 d64
+causal case).
+"""
 
 import json
 import math
@@ -8,10 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from conformance.report import group_table, markdown_report, render_run, tensor_table, terminal_report, verdict_totals
+from conformance.report import FILES, render, render_run, write_reports
+from conformance.reporting import markdown, terminal
+from conformance.reporting.summary import (compile_tables, group_table, probe_table, tensor_table, totals_table,
+                                           verdict_totals)
 from conformance.results import ResultsWriter, from_json, read_env, read_results, to_json
 
-FIXTURE = Path(__file__).parent / "data" / "report_run"
+DATA = Path(__file__).parent / "data"
+FIXTURE = DATA / "report_run"
+H100 = DATA / "h100_sample"
 
 
 @pytest.fixture
@@ -28,30 +39,46 @@ def lines():
 
 @pytest.fixture
 def summary(lines):
-    return markdown_report(read_env(FIXTURE), lines)
+    return markdown.render(read_env(FIXTURE), lines)
 
 
 def test_fixture_reads_back_with_infinities(lines):
-    assert len(lines) == 10
+    assert len(lines) == 15
     nonfinite = next(line for line in lines if line["verdict"] == "nonfinite")
     assert nonfinite["worst_ratio"] == math.inf and nonfinite["tensors"][0]["kernel_err"] == math.inf
 
 
-def test_totals(lines):
-    assert verdict_totals(lines) == {"pass": 3, "fail": 1, "nonfinite": 1, "error": 1, "xpass": 1,
+def test_totals_count_every_kind_alike(lines):
+    assert verdict_totals(lines) == {"pass": 5, "fail": 3, "nonfinite": 1, "error": 2, "xpass": 1,
                                      "xfail": 1, "unsupported": 2}
+    headers, rows = totals_table(lines)
+    assert headers == ["verdict", "cases", "probes", "compile", "all"]
+    assert dict((row[0], row[1:]) for row in rows)["fail"] == [1, 1, 1, 3]
 
 
-def test_group_table_counts_and_worst_ratio(lines):
+def test_group_table_counts_worst_and_median(lines):
     headers, rows = group_table(lines)
     assert headers == ["op", "dir", "dtype", "D", "mask", "pass", "fail", "nonfinite", "error", "xpass",
-                       "xfail", "unsupported", "worst ratio"]
+                       "xfail", "unsupported", "worst ratio", "median ratio"]
     by_key = {tuple(row[:5]): dict(zip(headers, row)) for row in rows}
     failing = by_key[("flash_attention", "bwd", "bf16", 128, "causal")]
     assert (failing["fail"], failing["pass"], failing["worst ratio"]) == (1, "", "2.72")
     assert by_key[("flash_attention", "fwd", "bf16", 128, "noncausal")]["worst ratio"] == "inf"
-    # fwd rows before bwd rows, fp16 before bf16 before fp32
+    # fwd rows before bwd rows; probes and compile checks are not cases
     assert [row[1] for row in rows] == sorted((row[1] for row in rows), key=["fwd", "bwd"].index)
+    assert sum(int(row[5] or 0) for row in rows) == 3
+
+
+def test_median_is_over_the_recorded_worst_ratios():
+    headers, rows = group_table(read_results(H100))
+    row = next(dict(zip(headers, r)) for r in rows if r[:5] == ["flash_attention", "fwd", "fp16", 64, "causal"])
+    group = ("fwd", "fp16", 64, True)
+    ratios = sorted(line["worst_ratio"] for line in read_results(H100)
+                    if (line["direction"], line["dtype"], line["head_dim"], line["causal"]) == group)
+    assert row["worst ratio"] == f"{ratios[-1]:.3g}"
+    middle = len(ratios) // 2
+    expected = ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
+    assert row["median ratio"] == f"{expected:.3g}"
 
 
 def test_tensor_table_names_the_worst_case(lines):
@@ -61,51 +88,97 @@ def test_tensor_table_names_the_worst_case(lines):
     assert rows["out"][2] == "inf"
 
 
+def test_probe_section_with_reproducers_of_failing_probes(summary):
+    probes = summary.split("## Primitive probes")[1].split("## Totals")[0]
+    assert "Probes do not fail a run" in probes
+    assert "| probe.dot[bf16] | bf16 tl.dot | fail      | 1.200e+10   |" in probes
+    assert probes.count("* `python -m conformance probes --probe") == 1  # the failing one only
+
+
+def test_probe_and_compile_tables(lines):
+    headers, rows = probe_table(lines)
+    assert [row[0] for row in rows] == ["probe.dot[fp16]", "probe.dot[bf16]"]
+    assert dict(zip(headers, rows[1]))["max error"] == "1.200e+10"
+    tables = compile_tables(lines)
+    assert list(tables) == ["cuda:sm_90", "hip:gfx942"]
+    failing = dict(zip(*[tables["cuda:sm_90"][0], tables["cuda:sm_90"][1][1]]))
+    assert (failing["verdict"], failing["shared B"], failing["limit B"]) == ("fail", "262,144", "232,448")
+    error = dict(zip(tables["hip:gfx942"][0], tables["hip:gfx942"][1][0]))
+    assert error["reason"] == "CompilationError: at 12:4: unsupported layout conversion"  # colour codes gone
+
+
 def test_summary_sections_in_order(summary):
     headings = [line for line in summary.splitlines() if line.startswith("## ")]
-    assert headings == ["## Environment", "## Totals", "## By operator, direction, dtype, head dim and mask",
-                        "## Worst ratio per tensor", "## Not passing (fail, nonfinite, error, xpass)",
-                        "## Known issues (xfail)", "## Unsupported"]
+    assert headings == ["## Environment", "## Primitive probes", "## Totals",
+                        "## Not passing (fail, nonfinite, error, xpass)", "## Known issues",
+                        "## By operator, direction, dtype, head dim and mask", "## Worst ratio per tensor",
+                        "## Compile-only checks", "## Unsupported"]
 
 
 def test_summary_lists_problems_first_with_reproducers(summary):
     problems = summary.split("## Not passing")[1].split("## Known issues")[0]
     verdicts_in_order = [line.split(":")[0][4:] for line in problems.splitlines() if line.startswith("### ")]
-    assert verdicts_in_order == ["fail", "nonfinite", "error", "xpass"]
+    # cases and compile checks; a failing probe informs (its own section), it does not fail a run
+    assert verdicts_in_order == ["fail", "fail", "nonfinite", "error", "error", "xpass"]
     assert problems.count("Reproduce: `python -m conformance run --case '") == 4
+    assert "probe.dot" not in problems
     assert "out of resource: shared memory" in problems and "Traceback" in problems
     assert "| dk       | 6.250e-02    | 1.950e-02   | 2.300e-02 | 2.72    |" in problems
     assert "no longer fails" in problems
+    assert "**likely backend fault: bf16 tl.dot**" in problems
 
 
-def test_summary_environment_xfail_and_unsupported(summary):
+def test_summary_environment_known_issues_and_unsupported(summary):
     assert "| device         | NVIDIA H100 80GB HBM3" in summary
     assert "0f3c2a9d41b7e8c6a5d4f3e2b1a0c9d8e7f6a5b4" in summary and "(dirty)" not in summary
     assert "| triton         | 3.6.0" in summary
-    assert "sm90-bf16-d16-dkdv" in summary.split("## Known issues (xfail)")[1]
+    issues = summary.split("## Known issues")[1].split("##")[0]
+    assert "| sm90-bf16-d16-dkdv | bf16 dK/dV at head_dim 16 over the bound on sm_90 |" in issues
+    assert "| 1       | 1       |" in issues  # one xfail, one xpass
     unsupported = summary.split("## Unsupported")[1]
     assert "dtype fp32 not supported on cuda:sm_90 (supported: fp16, bf16) | 2" in unsupported
 
 
 def test_terminal_report(lines):
-    text = terminal_report(read_env(FIXTURE), lines)
+    text = terminal.render(read_env(FIXTURE), lines)
     assert text.startswith("Conformance on cuda:sm_90 (NVIDIA H100 80GB HBM3): 10 cases: pass 3, fail 1,")
+    assert "2 probes: pass 1, fail 1; 3 compile checks: pass 1, fail 1, error 1" in text.splitlines()[0]
     assert text.index("FAIL ") < text.index("NONFINITE ") < text.index("ERROR ") < text.index("XPASS ")
     assert text.count("reproduce: python -m conformance run") == 4
+    assert "likely backend fault: bf16 tl.dot" in text
+    assert "| cuda:sm_90 | 1      | 1      |" in text  # compile overview per target
+    assert "\x1b" not in text
 
 
-def test_render_run_writes_summary_from_the_files_only(run_dir):
+def test_render_run_writes_every_file_from_the_files_only(run_dir):
     text = render_run(run_dir)
-    written = (run_dir / "summary.md").read_text()
-    assert written == markdown_report(read_env(run_dir), read_results(run_dir))
-    assert "summary.md" in text
+    env, lines = read_env(run_dir), read_results(run_dir)
+    assert (run_dir / "summary.md").read_text() == markdown.render(env, lines)
+    assert sorted(path.name for path in run_dir.iterdir()) == sorted(["env.json", "results.jsonl", *FILES.values()])
+    assert "summary.md" in text and "report.html" in text and "junit.xml" in text
+
+
+def test_jsonl_format_is_the_lines_normalised(run_dir):
+    text = render(run_dir, "jsonl")
+    assert [json.loads(line) for line in text.splitlines()] == [json.loads(to_json(line))
+                                                                 for line in read_results(run_dir)]
+
+
+def test_reports_of_the_real_h100_sample(tmp_path):
+    shutil.copytree(H100, tmp_path / "h100")
+    written = write_reports(tmp_path / "h100")
+    assert [path.name for path in written] == ["summary.md", "report.html", "junit.xml"]
+    summary = (tmp_path / "h100" / "summary.md").read_text()
+    assert summary.startswith("# Conformance report\n\n30 cases: pass 30.")
+    row = "| flash_attention | fwd   | fp32    | 128 | causal    | 1      | 1.81          | 1.81           |"
+    assert row in summary
 
 
 def test_a_torn_last_line_is_ignored_but_other_garbage_is_not(run_dir):
     results = run_dir / "results.jsonl"
     with results.open("a") as handle:
         handle.write('{"case": "flash_attention.fwd[')
-    assert len(read_results(run_dir)) == 10
+    assert len(read_results(run_dir)) == 15
     results.write_text("not json\n" + FIXTURE.joinpath("results.jsonl").read_text())
     with pytest.raises(ValueError, match="results.jsonl:1"):
         read_results(run_dir)

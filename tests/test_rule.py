@@ -140,8 +140,12 @@ def entry(tmp_path, scope_lines):
     return registry
 
 
-def test_bundled_registry_loads_and_is_empty():
-    assert known_issues.load_registry() == ()
+def test_bundled_registry_holds_only_narrowly_scoped_entries():
+    """Each bundled entry names its backend and dtype: none may widen to every case."""
+    registry = known_issues.load_registry()
+    assert [issue.id for issue in registry] == ["sm90-fp8-mma-accumulation"]
+    for issue in registry:
+        assert issue.reason and {"backend", "arch", "dtype"} <= set(issue.scope)
 
 
 def test_an_entry_without_scope_matches_everything(tmp_path):
@@ -174,12 +178,47 @@ def test_an_entry_without_scope_matches_everything(tmp_path):
         ('triton = ">=3.2,<3.10"', True),
         ('triton = "<3.9"', False),
         ('backend = "interpreter"\ndtype = "bf16"\nhead_dim = 32', False),
+        ('layout = "bhsd"', True),
+        ('layout = ["bshd", "packed"]', False),
+        ("seq_q = 77\nseq_k = 133\nbatch = 1\nheads = 2\nkv_heads = 2", True),
+        ("kv_heads = 1", False),
+        ('seq_k = ">=128"', True),
+        ('seq_k = ">=1024,<8192"', False),
+        ('seq_q = ["<10", ">70,<=77"]', True),
+        ('head_dim = [">=192", 64]', True),
+        ('head_dim = "!=64"', False),
+        ('feature = ["dropout", "lse"]', False),
     ],
 )
 def test_match_by_scope(tmp_path, scope, matches):
     registry = entry(tmp_path, scope)
     found = known_issues.match(CASE, INTERPRETER, "3.9.0", "kernels:flash_attention", registry=registry)
     assert (found is not None) is matches
+
+
+@pytest.mark.parametrize(
+    "case_id, features",
+    [
+        ("flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq77,Sk133,lse,total,seed0]", {"lse", "total"}),
+        ("flash_attention.bwd[bf16,d64,causal,B1,H2,Hkv2,Sq77,Sk133,dropout0.1,seed0]", {"dropout"}),
+        ("flash_attention.bwd[fp16,d64,causal,B1,H2,Hkv2,Sq77,Sk133,packed,seed0]", {"layout"}),
+        ("piecewise_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq77,Sk133,dist24,seed0]", {"dist"}),
+    ],
+)
+def test_match_by_feature(tmp_path, case_id, features):
+    case = Case.from_id(case_id)
+    assert known_issues.case_features(case) == features
+    for feature in known_issues.FEATURE_NAMES:  # one folder each: registries are cached by path
+        (tmp_path / feature).mkdir()
+        registry = entry(tmp_path / feature, f'feature = "{feature}"')
+        assert (known_issues.match(case, INTERPRETER, "3.9.0", registry=registry) is not None) is (feature in features)
+    registry = entry(tmp_path, 'feature = "dropout"\nlayout = "bhsd"\nseq_k = ">=133"')
+    assert (known_issues.match(case, INTERPRETER, "3.9.0", registry=registry) is not None) is (features == {"dropout"})
+
+
+def test_known_issue_record_keeps_the_scope_as_written(tmp_path):
+    (issue,) = entry(tmp_path, 'feature = "dropout"\nseq_k = ">=16384"\nhead_dim = [64, 128]')
+    assert issue.record()["scope"] == {"feature": ["dropout"], "seq_k": [">=16384"], "head_dim": [64, 128]}
 
 
 def test_triton_range_handles_local_versions_and_missing_triton(tmp_path):
@@ -198,6 +237,10 @@ def test_triton_range_handles_local_versions_and_missing_triton(tmp_path):
         ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n[issue.scope]\ntriton = "3.x"\n', "triton version"),
         ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n' * 2, "duplicate"),
         ('[issue]\nid = "x"\n', "must be \\[\\[issue\\]\\] tables"),
+        ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n[issue.scope]\nfeature = "gqa"\n', "unknown feature 'gqa'"),
+        ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n[issue.scope]\nseq_k = "16k"\n', "bad integer range"),
+        ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n[issue.scope]\nseq_k = "=>16"\n', "bad integer range"),
+        ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n[issue.scope]\nbatch = 1.5\n', "integers or ranges"),
     ],
 )
 def test_malformed_registry_is_rejected(tmp_path, text, message):

@@ -1,0 +1,175 @@
+"""The benchmark report, rendered from a run folder's benchmark.jsonl and env.json only.
+
+benchmark.md: the environment, the method, the plot, and per (dtype, head dim, mask)
+panel a table of TFLOP/s and one of peak memory (forward / backward per cell) with
+every skip and error and its reason. The plot of TFLOP/s against S has one panel per
+(dtype, head dim, mask) and one line per implementation and direction: benchmark.png
+when matplotlib (an optional extra) is importable, else benchmark.svg (benchmarks/svg.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from tabulate import tabulate
+
+from benchmarks import svg
+
+BENCHMARK_FILE, MARKDOWN_FILE = "benchmark.jsonl", "benchmark.md"
+COLORS = {"bundled": "#d62728", "sdpa-flash": "#1f77b4", "sdpa-cudnn": "#2ca02c",
+          "sdpa-efficient": "#9467bd", "sdpa-math": "#7f7f7f"}
+DIRECTION_NAMES = {"fwd": "forward", "bwd": "backward"}
+DASHES = {"forward": "", "backward": "6 4"}  # SVG dash pattern of each direction's lines ("" = solid)
+_ENV_KEYS = ("device", "driver", "cuda_runtime", "hip_runtime", "cudnn", "torch", "triton", "python", "harness",
+             "time_utc", "command")
+_PLOT_TITLE = "TFLOP/s against sequence length (solid: forward, dashed: backward)"
+
+
+def read_run(run_dir) -> tuple[dict, list[dict]]:
+    """(env.json, the lines of benchmark.jsonl) of a run folder; a torn last line is skipped."""
+    from conformance.results import from_json, read_env
+
+    text = (Path(run_dir) / BENCHMARK_FILE).read_text(encoding="utf-8").splitlines()
+    lines = []
+    for number, raw in enumerate(text, start=1):
+        try:
+            lines.append(from_json(raw))
+        except json.JSONDecodeError:
+            if number != len(text):
+                raise
+    return read_env(run_dir), lines
+
+
+def panel_title(dtype: str, head_dim: int, causal: bool) -> str:
+    return f"{dtype}, D={head_dim}, {'causal' if causal else 'non-causal'}"
+
+
+def _panels(lines: list[dict]) -> dict:
+    """(dtype, head_dim, causal) -> its lines, in first-seen order."""
+    panels = defaultdict(list)
+    for line in lines:
+        panels[(line["dtype"], line["head_dim"], line["causal"])].append(line)
+    return panels
+
+
+def _implementations(lines: list[dict]) -> list[str]:
+    seen = list(dict.fromkeys(line["impl"] for line in lines))
+    return [name for name in COLORS if name in seen] + [name for name in seen if name not in COLORS]
+
+
+def _cell(by_direction: dict, value) -> str:
+    """"fwd / bwd" of one implementation at one S; "-" where not measured."""
+    parts = []
+    for direction in DIRECTION_NAMES:
+        line = by_direction.get(direction)
+        parts.append(value(line) if line is not None and line["status"] == "ok" else "-")
+    return " / ".join(parts)
+
+
+def panel_tables(lines: list[dict]) -> tuple[list[str], list[list], list[list]]:
+    """(headers, TFLOP/s rows, peak MiB rows) of one panel: implementations x S."""
+    seq_lens = sorted({line["seq_len"] for line in lines})
+    index = {(line["impl"], line["seq_len"], line["direction"]): line for line in lines}
+    tflops_rows, memory_rows = [], []
+    for name in _implementations(lines):
+        cells = [{direction: index.get((name, seq_len, direction)) for direction in DIRECTION_NAMES}
+                 for seq_len in seq_lens]
+        tflops_rows.append([name, *(_cell(cell, lambda line: f"{line['tflops']:.0f}") for cell in cells)])
+        memory_rows.append([name, *(_cell(cell, lambda line: f"{line['peak_bytes'] / 2**20:.0f}") for cell in cells)])
+    return ["implementation", *(f"S={seq_len}" for seq_len in seq_lens)], tflops_rows, memory_rows
+
+
+def _not_measured(lines: list[dict]) -> list[str]:
+    """One bullet per distinct (implementation, status, reason), with the S and directions it covers."""
+    groups = defaultdict(list)
+    for line in lines:
+        if line["status"] != "ok":
+            groups[(line["impl"], line["status"], line["reason"])].append(f"{line['direction']} S={line['seq_len']}")
+    return [f"* {name} {status} ({', '.join(where)}): {reason}" for (name, status, reason), where in groups.items()]
+
+
+def _environment(env: dict) -> list[str]:
+    rows = []
+    for key in _ENV_KEYS:
+        value = env.get(key)
+        if isinstance(value, dict):  # harness: revision and dirty flag
+            value = f"{value.get('revision')}{' (dirty)' if value.get('dirty') else ''}"
+        if value is not None:
+            rows.append([key, str(value).replace("|", "\\|")])
+    return [tabulate(rows, headers=["field", "value"], tablefmt="github", disable_numparse=True)]
+
+
+def markdown(env: dict, lines: list[dict], plot_name: str | None) -> str:
+    """benchmark.md's text."""
+    reps = env.get("benchmark", {}).get("repetitions") or {}
+    reps_text = (f"{reps['min_reps']}–{reps['max_reps']} calls, as many as fit in {reps['target_ms']:g} ms"
+                 if reps else "see env.json")
+    out = ["# Attention benchmark: bundled Triton kernel and torch SDPA", "", *_environment(env), "",
+           "Method: FLOPs count the matmuls only (4·B·H·S²·D forward, halved when causal; backward 2.5× the "
+           "forward); shapes B = 32k tokens / S, H = 2048 / D. Time: median of CUDA-event timed calls "
+           f"({reps_text}, after a warm-up call); forward under torch.no_grad(), backward "
+           "through a recorded graph. Memory: torch.cuda.max_memory_allocated() minus memory_allocated() "
+           "before one call (outputs and workspaces, not the inputs). Each cell: forward / backward.", ""]
+    if plot_name:
+        out += [f"![{_PLOT_TITLE}]({plot_name})", ""]
+    for (dtype, head_dim, causal), panel in _panels(lines).items():
+        headers, tflops_rows, memory_rows = panel_tables(panel)
+        out += [f"## {panel_title(dtype, head_dim, causal)}", "", "TFLOP/s (forward / backward):", "",
+                tabulate(tflops_rows, headers=headers, tablefmt="github", disable_numparse=True), "",
+                "Peak memory per call, MiB (forward / backward):", "",
+                tabulate(memory_rows, headers=headers, tablefmt="github", disable_numparse=True), ""]
+        missing = _not_measured(panel)
+        if missing:
+            out += ["Not measured:", "", *missing, ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def terminal_table(env: dict, lines: list[dict]) -> str:
+    """TFLOP/s of every panel as plain-text tables (printed at the end of a run)."""
+    out = [f"{env.get('device', '?')}  torch {env.get('torch', '?')}  triton {env.get('triton', '?')}"]
+    for key, panel in _panels(lines).items():
+        headers, tflops_rows, _ = panel_tables(panel)
+        out += ["", f"{panel_title(*key)}: TFLOP/s forward / backward",
+                tabulate(tflops_rows, headers=headers, tablefmt="simple", disable_numparse=True)]
+    return "\n".join(out)
+
+
+def plot_series(lines: list[dict]) -> list[tuple[str, dict]]:
+    """[(panel title, {(implementation, direction): [(S, TFLOP/s), ...]})] of the measured lines."""
+    panels = []
+    for key, panel in _panels(lines).items():
+        series = defaultdict(list)
+        for line in panel:
+            if line["status"] == "ok":
+                series[(line["impl"], DIRECTION_NAMES[line["direction"]])].append((line["seq_len"], line["tflops"]))
+        panels.append((panel_title(*key), dict(series)))
+    return panels
+
+
+def write_plot(run_dir: Path, lines: list[dict], use_matplotlib: bool = True) -> Path:
+    """benchmark.png (matplotlib) or benchmark.svg (no matplotlib, or use_matplotlib=False)."""
+    panels = plot_series(lines)
+    colors = {name: COLORS.get(name, "#000000") for name in _implementations(lines)}
+    if use_matplotlib:
+        try:
+            from benchmarks.matplotlib_plot import write_png
+        except ImportError:
+            pass
+        else:
+            return write_png(run_dir / "benchmark.png", panels, colors, DASHES, _PLOT_TITLE)
+    path = run_dir / "benchmark.svg"
+    path.write_text(svg.line_panels(panels, colors, DASHES, "sequence length S", "TFLOP/s", _PLOT_TITLE),
+                    encoding="utf-8")
+    return path
+
+
+def write_report(run_dir, use_matplotlib: bool = True) -> list[Path]:
+    """Write the plot and benchmark.md into the run folder; returns their paths."""
+    run_dir = Path(run_dir)
+    env, lines = read_run(run_dir)
+    plot = write_plot(run_dir, lines, use_matplotlib)
+    path = run_dir / MARKDOWN_FILE
+    path.write_text(markdown(env, lines, plot.name), encoding="utf-8")
+    return [path, plot]

@@ -1,0 +1,131 @@
+"""Run the benchmark grid on the GPU and write env.json and benchmark.jsonl.
+
+Every implementation x direction x problem leaves one line, written as soon as it
+is measured: `status` "ok" (median_ms, tflops, peak_bytes, samples_ms), "skipped"
+(the backend cannot take the problem, or it would not fit; `reason` says which) or
+"error" (it raised; `reason` holds the exception).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks import grid, implementations
+from benchmarks.timing import RepetitionPolicy, median_ms, peak_bytes
+
+BENCHMARK_FILE = "benchmark.jsonl"
+FULL_POLICY = RepetitionPolicy()
+QUICK_POLICY = RepetitionPolicy(target_ms=20.0, min_reps=3, max_reps=5)
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# SDPA's messages when the chosen backend refuses a problem (torch <= 2.11 / newer).
+_REFUSALS = ("No available kernel", "No viable backend")
+DEVICE = "cuda"  # tests run the loop on the CPU with this replaced
+
+
+def _inputs(problem: grid.Problem):
+    generator = torch.Generator(device=DEVICE).manual_seed(0)
+    return tuple(torch.randn(problem.shape, device=DEVICE, dtype=TORCH_DTYPES[problem.dtype], generator=generator)
+                 .requires_grad_() for _ in range(3))
+
+
+def free_bytes() -> int:
+    """Device memory free now (what the math backend's estimate is held against)."""
+    torch.cuda.empty_cache()
+    return torch.cuda.mem_get_info()[0]
+
+
+def _call(fn, direction: str, q, k, v, causal: bool):
+    """The timed callable: an inference forward, or one backward through a recorded graph."""
+    if direction == "fwd":
+        def forward():
+            with torch.no_grad():
+                return fn(q, k, v, causal)
+        return forward
+    out = fn(q, k, v, causal)
+    grad_out = torch.randn_like(out)
+    return lambda: torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
+
+
+def measure(name: str, problem: grid.Problem, direction: str, tensors, free_bytes: int,
+            policy: RepetitionPolicy) -> dict:
+    """One results line (see the module docstring)."""
+    line = {"impl": name, "direction": direction, **problem.fields(), "flops": problem.flops(direction),
+            "status": "ok", "reason": "", "median_ms": None, "tflops": None, "peak_bytes": None,
+            "reps": None, "samples_ms": None}
+    skip = implementations.skip_reason(name, problem, direction, free_bytes)
+    if skip:
+        return {**line, "status": "skipped", "reason": skip}
+    fn = implementations.implementation(name)
+    caught = []
+    try:
+        call, caught = implementations.call_recording_warnings(
+            lambda: _call(fn, direction, *tensors, problem.causal))
+        (median, samples), more = implementations.call_recording_warnings(lambda: median_ms(call, policy))
+        caught += more
+        peak = peak_bytes(call)
+    except torch.cuda.OutOfMemoryError as exc:
+        return {**line, "status": "skipped", "reason": f"out of memory: {str(exc).splitlines()[0]}"}
+    except Exception as exc:  # a backend that cannot take this problem, or a failing kernel
+        status = "skipped" if any(refusal in str(exc) for refusal in _REFUSALS) else "error"
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        if caught:
+            reason += " (torch: " + " / ".join(dict.fromkeys(text.strip() for text in caught)) + ")"
+        return {**line, "status": status, "reason": reason[:600]}
+    finally:
+        call = None  # frees a backward's graph before the next measurement
+    return {**line, "median_ms": median, "tflops": grid.tflops(line["flops"], median), "peak_bytes": peak,
+            "reps": len(samples), "samples_ms": [round(sample, 5) for sample in samples]}
+
+
+def write_environment(out: Path, quick: bool, policy: RepetitionPolicy) -> dict:
+    from conformance import backends
+    from conformance.environment import command_line, fingerprint
+    from conformance.results import write_env
+
+    profile = backends.activate()  # before the bundled kernels are imported
+    env = fingerprint(profile, tier=None, implementations={"bundled": "kernels:flash_attention",
+                                                             "sdpa": f"torch {torch.__version__}"},
+                      command=command_line())
+    env["cudnn"] = torch.backends.cudnn.version()
+    env["benchmark"] = {"grid": "quick" if quick else "full", "repetitions": dataclasses.asdict(policy),
+                        "timing": "median of CUDA-event timed calls (benchmarks/timing.py)",
+                        "memory": "torch.cuda.max_memory_allocated() delta per call",
+                        "flops": "matmul FLOPs: 4·B·H·S²·D forward, halved when causal, backward 2.5x"}
+    write_env(out, env)
+    return env
+
+
+def run_benchmark(out: Path, problems: list[grid.Problem], names: list[str], quick: bool = False) -> Path:
+    """Measure every problem with every named implementation; returns benchmark.jsonl's path."""
+    from conformance.results import to_json
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    policy = QUICK_POLICY if quick else FULL_POLICY
+    write_environment(out, quick, policy)
+    path = out / BENCHMARK_FILE
+    started = time.perf_counter()
+    with open(path, "w", encoding="utf-8") as handle:
+        for problem in problems:
+            tensors = _inputs(problem)
+            free = free_bytes()
+            for name in names:
+                for direction in grid.DIRECTIONS:
+                    line = measure(name, problem, direction, tensors, free, policy)
+                    handle.write(to_json(line) + "\n")
+                    handle.flush()
+                    print(_progress(line, time.perf_counter() - started), flush=True)
+            del tensors
+    return path
+
+
+def _progress(line: dict, elapsed: float) -> str:
+    what = (f"[{elapsed:6.1f}s] {line['impl']:14s} {line['direction']} {line['dtype']} d{line['head_dim']} "
+            f"{'causal' if line['causal'] else 'full  '} S={line['seq_len']:<6d}")
+    if line["status"] != "ok":
+        return f"{what} {line['status']}: {line['reason'][:100]}"
+    return f"{what} {line['tflops']:7.1f} TFLOP/s  {line['median_ms']:8.3f} ms  {line['peak_bytes'] / 2**20:9.1f} MiB"

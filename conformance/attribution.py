@@ -1,0 +1,64 @@
+"""Which primitive probes a case relies on, and the "likely backend fault" of a failing case.
+
+The bundled kernels (kernels/blocks.py and the kernels built from it) use, for every
+case: tl.dot on the case's input dtype, exp2 for the softmax, row max and row sum
+reductions, and the casts between the input dtype and fp32; dropout cases also use
+tl.philox_impl (the kernels draw their Philox words directly, not through tl.rand).
+They use no atomics. When a case fails (fail, nonfinite or error, also under a known
+issue) on a backend where one of those probes failed, its results line gets
+`backend_fault: "likely backend fault: bf16 tl.dot"`.
+"""
+
+from __future__ import annotations
+
+from conformance import verdicts
+
+# Probe ids every case relies on, whatever its dtype and features.
+ALWAYS = ("probe.exp2[fp32]", "probe.row_max[fp32]", "probe.row_sum[fp32]")
+# ... by the case's input dtype (fp8 forwards write fp16 outputs).
+BY_DTYPE = {
+    "fp16": ("probe.dot[fp16]", "probe.cast[fp16]", "probe.upcast[fp16]"),
+    "bf16": ("probe.dot[bf16]", "probe.cast[bf16]", "probe.upcast[bf16]"),
+    "fp32": ("probe.dot[fp32]",),
+    "fp8e4m3": ("probe.dot[fp8e4m3]", "probe.upcast[fp8e4m3]", "probe.cast[fp16]"),
+    "fp8e5m2": ("probe.dot[fp8e5m2]", "probe.upcast[fp8e5m2]", "probe.cast[fp16]"),
+}
+# ... by a feature the case has (a truthy case field).
+BY_FEATURE = {"dropout": ("probe.philox[uint32]",)}
+
+_CASE_FAILURES = frozenset({verdicts.FAIL, verdicts.NONFINITE, verdicts.ERROR})
+_PROBE_FAILURES = frozenset({verdicts.FAIL, verdicts.ERROR})
+
+
+def relied_probes(line: dict) -> tuple[str, ...]:
+    """Probe ids a case (its results line or fields) relies on, in a stable order."""
+    ids = [*ALWAYS, *BY_DTYPE.get(line.get("dtype"), ())]
+    for feature, probe_ids in BY_FEATURE.items():
+        if line.get(feature):
+            ids += probe_ids
+    return tuple(dict.fromkeys(ids))
+
+
+def backend_fault(line: dict, probe_lines: list[dict]) -> str | None:
+    """"likely backend fault: ..." for a failing case whose primitives failed a probe, else None.
+
+    A probe the profile works around (e.g. emulate_bf16 on the interpreter) is still
+    named, with that note: the workaround may be what broke."""
+    if line.get("rule_verdict", line.get("verdict")) not in _CASE_FAILURES:
+        return None
+    failed = {probe["case"]: probe for probe in probe_lines if probe.get("verdict") in _PROBE_FAILURES}
+    culprits = [failed[probe_id] for probe_id in relied_probes(line) if probe_id in failed]
+    if not culprits:
+        return None
+    names = [probe.get("primitive") or probe["case"] for probe in culprits]
+    names = [f"{name} (worked around here: {probe['worked_around']})" if probe.get("worked_around") else name
+             for name, probe in zip(names, culprits)]
+    return "likely backend fault: " + ", ".join(names)
+
+
+def with_backend_fault(line: dict, probe_lines: list[dict]) -> dict:
+    """`line` with `backend_fault` set when `backend_fault` finds one (case lines only)."""
+    if line.get("kind", "case") != "case":
+        return line
+    fault = backend_fault(line, probe_lines)
+    return {**line, "backend_fault": fault} if fault else line

@@ -1,0 +1,54 @@
+"""Backend profiles: what a backend can run and how the bundled kernels launch on it.
+
+A profile is data (a frozen dataclass, `profile.py`) plus a detector
+(`detection.py`). One module per backend family holds its facts and launch tables:
+`cuda.py` (NVIDIA, per compute capability), `hip.py` (AMD ROCm, per gfx arch),
+`iluvatar.py` (Iluvatar CoreX), `interpreter.py` (Triton's CPU interpreter).
+Kernels and tests ask the *active* profile instead of branching on the platform:
+
+    profile = active_profile()
+    cfg = profile.launch_config("fwd", head_dim=64)
+
+The active profile is detected once per process (`detect()`), or chosen explicitly
+with `activate("cuda:sm_90")` / the command line's `--backend`.
+
+Detection must not import the kernels: under Triton's CPU interpreter the
+environment variable TRITON_INTERPRET=1 has to be set *before* any `@triton.jit`
+function is defined, and `activate()` is where that happens.
+"""
+
+from __future__ import annotations
+
+import os
+
+from conformance.backends.cuda import CUDA_ARCHS, cuda_profile
+from conformance.backends.detection import detect, interpreter_requested, known_keys, profile_by_key
+from conformance.backends.hip import HIP_ARCHS, hip_profile
+from conformance.backends.iluvatar import ILUVATAR_ARCHS, iluvatar_profile
+from conformance.backends.interpreter import INTERPRETER
+from conformance.backends.profile import KERNELS, BackendProfile, LaunchConfig, LaunchTable
+
+__all__ = ["CUDA_ARCHS", "HIP_ARCHS", "ILUVATAR_ARCHS", "INTERPRETER", "KERNELS", "BackendProfile",
+           "LaunchConfig", "LaunchTable", "activate", "active_profile", "cuda_profile", "detect",
+           "hip_profile", "iluvatar_profile", "interpreter_requested", "known_keys", "profile_by_key"]
+
+_active: BackendProfile | None = None
+
+
+def activate(profile: BackendProfile | str | None = None) -> BackendProfile:
+    """Make `profile` (or the detected one) the process's active profile.
+
+    For the interpreter this sets TRITON_INTERPRET=1, which only takes effect if the
+    kernels have not been imported yet; call it first thing.
+    """
+    global _active
+    if isinstance(profile, str):
+        profile = profile_by_key(profile)
+    _active = profile or detect()
+    if _active.interpreted:
+        os.environ["TRITON_INTERPRET"] = "1"
+    return _active
+
+
+def active_profile() -> BackendProfile:
+    return _active if _active is not None else activate()

@@ -1,0 +1,38 @@
+"""Triton's CPU interpreter (TRITON_INTERPRET=1): runs the kernels on CPU tensors."""
+
+from __future__ import annotations
+
+from conformance.backends.profile import HEAD_DIMS, HIGH_PRECISION, BackendProfile, LaunchConfig, table
+
+# Under the interpreter every program instance is a numpy evaluation: large tiles
+# mean fewer, more vectorised instances, which is what makes the smoke tier fast.
+_INTERPRETER_LAUNCH = {
+    "fwd": table((256, LaunchConfig(64, 64))),
+    "bwd_preprocess": table((256, LaunchConfig(64, 64))),
+    "bwd_dkdv": table((256, LaunchConfig(64, 64))),
+    "bwd_dq": table((256, LaunchConfig(64, 64))),
+    "total": table((256, LaunchConfig(64, 64))),
+}
+
+INTERPRETER = BackendProfile(
+    name="interpreter",
+    arch="cpu",
+    device="cpu",
+    dtypes=HIGH_PRECISION,
+    head_dims=HEAD_DIMS,
+    default_tier="smoke",
+    launch=_INTERPRETER_LAUNCH,
+    emulate_bf16=True,
+    detection="TRITON_INTERPRET set to anything but 0, or no GPU that torch can use",
+    notes=(
+        "Triton's interpreter returns garbage from tl.dot on bf16 operands (measured "
+        "in triton 3.2, 3.6 and 3.9). The kernels upcast bf16 dot operands to fp32 "
+        "here: a bf16 x bf16 product is exact in fp32 and the accumulation is fp32 "
+        "anyway, so the result is what bf16 tensor cores compute.",
+        "Triton's interpreter casts fp32 to bf16 by truncation, not round-to-nearest-even "
+        "(measured in triton 3.9: half of uniform [0, 1) values differ from torch's cast, "
+        "mean signed error -1.3e-3). Rounding probabilities always down biases dV by up "
+        "to 2.7x the torch path's error. The kernels round to nearest even in integer "
+        "arithmetic before every bf16 cast here, so the cast is exact.",
+    ),
+)

@@ -1,0 +1,87 @@
+"""What the compile-only tier compiles for one target: the operator calls whose
+launches cover every launch configuration the target's profile would use.
+
+The kernels are not compiled from a second, hand-written description of their
+arguments: the worker calls the real operators (flash_attention forward, backward
+and total attention; piecewise_attention forward and backward) and compiles what
+they launch.  This module only chooses the calls: per dtype, per head dim, per
+causal/dropout variant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from conformance.backends.profile import FP8, BackendProfile
+
+FLASH, PIECEWISE = "flash_attention", "piecewise_attention"
+# full: every dtype x power-of-two head dim x variant of the profile.
+# quick (CI): each launch-table row's largest head dim, one dtype per table family
+# (fp16 for the general tables -- bf16 launches the same tiles -- fp32 for the fp32
+# ones, fp8 where listed) and only the variant with the most code (causal + dropout).
+SCOPES = ("full", "quick")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One operator call of the plan (compiled, never run)."""
+
+    op: str
+    dtype: str
+    head_dim: int
+    causal: bool
+    dropout: bool = False
+    backward: bool = True
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _power_of_two_head_dims(profile: BackendProfile) -> list[int]:
+    """Head dims of the profile that are powers of two: the kernels pad the others
+    (96, 192) to the next power of two, so those compile to the same kernels."""
+    return [dim for dim in profile.head_dims if dim & (dim - 1) == 0]
+
+
+def _row_bounds(profile: BackendProfile) -> set[int]:
+    return {bound for launch_table in profile.launch.values() for bound, _ in launch_table.rows}
+
+
+def head_dims(profile: BackendProfile, scope: str) -> list[int]:
+    dims = _power_of_two_head_dims(profile)
+    return [dim for dim in dims if dim in _row_bounds(profile)] if scope == "quick" else dims
+
+
+def dtypes(profile: BackendProfile, scope: str) -> list[str]:
+    if scope == "full":
+        return list(profile.dtypes)
+    return [dtype for dtype in profile.dtypes if dtype in ("fp16", "fp32") or dtype == FP8[0]]
+
+
+def _variants(scope: str, with_dropout: bool) -> list[tuple[bool, bool]]:
+    if scope == "quick":
+        return [(True, with_dropout)]
+    return [(causal, dropout) for causal in (False, True) for dropout in (False, True)[:1 + with_dropout]]
+
+
+def calls(profile: BackendProfile, dtype: str, head_dim: int, scope: str) -> list[Call]:
+    """The calls of one (dtype, head dim): fp8 is flash_attention's forward only."""
+    if dtype in FP8:
+        return [Call(FLASH, dtype, head_dim, causal, dropout, backward=False)
+                for causal, dropout in _variants(scope, with_dropout=True)]
+    flash = [Call(FLASH, dtype, head_dim, causal, dropout) for causal, dropout in _variants(scope, True)]
+    piecewise = [Call(PIECEWISE, dtype, head_dim, causal) for causal, _ in _variants(scope, False)]
+    return flash + piecewise
+
+
+def chunks(profile: BackendProfile, scope: str) -> list[list[Call]]:
+    """The plan of one target in independent chunks (a worker process each): per
+    (dtype, head dim) for `full`, per dtype for the few calls of `quick` (a process
+    start costs about as much as a compile). Calls that share a kernel configuration
+    (the delta pre-pass, total attention) are always in the same chunk."""
+    if scope not in SCOPES:
+        raise ValueError(f"--scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
+    dims = head_dims(profile, scope)
+    if scope == "quick":
+        return [[call for dim in dims for call in calls(profile, dtype, dim, scope)] for dtype in dtypes(profile, scope)]
+    return [calls(profile, dtype, dim, scope) for dtype in dtypes(profile, scope) for dim in dims]

@@ -1,0 +1,218 @@
+"""`python -m conformance compile`: every bundled kernel in every launch configuration
+a target's profile would use, compiled for that target without a GPU.
+
+Workers (worker.py, one process per chunk of the plan, `-n` at a time) call the real
+operators and compile what they launch; this module runs them, survives compilers
+that abort their process (the compile in progress becomes an `error` line and a new
+worker carries on without it), judges each compile against the target's limits and
+writes the run folder: results.jsonl (lines of kind "compile"), env.json, compile.md.
+
+Verdicts: `pass` (compiled, within the limits), `fail` (shared memory over what a
+block may use on the target, or more registers per thread than a block of that
+many warps can have -- either way the launch would be refused), `error` (the
+compiler raised or died; the reason is its message).  Register spills are reported
+but do not fail: a spilling kernel still runs correctly, only slower.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conformance import verdicts
+from conformance.backends import INTERPRETER
+from conformance.backends.profile import BackendProfile
+from conformance.compile_only import plan
+from conformance.compile_only.targets import parse_targets
+from conformance.environment import HARNESS_ROOT, command_line, fingerprint, triton_version
+from conformance.results import ResultsWriter, default_run_dir, read_env, read_results
+
+REPORT_FILE = "compile.md"
+_CHUNK_TIMEOUT_S = 1800
+_KERNEL_ORDER = ("fwd", "total", "bwd_preprocess", "bwd_dkdv", "bwd_dq",
+                 "piecewise_fwd", "piecewise_bwd_dkdv", "piecewise_bwd_dq")
+
+
+@dataclass
+class ChunkOutcome:
+    """What the workers of one chunk reported (after any restarts)."""
+
+    results: dict[str, dict] = field(default_factory=dict)  # id -> result event
+    notes: set[str] = field(default_factory=set)
+    skipped: dict[str, str] = field(default_factory=dict)  # call -> reason
+
+
+def _worker_env() -> dict:
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HARNESS_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _run_worker(job: dict) -> tuple[list[dict], int | None, str]:
+    """(events, return code or None on timeout, stderr) of one worker process."""
+    process = subprocess.Popen([sys.executable, "-m", "conformance.compile_only.worker"], cwd=HARNESS_ROOT,
+                               env=_worker_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = process.communicate(json.dumps(job), timeout=_CHUNK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+        stderr += f"\ntimed out after {_CHUNK_TIMEOUT_S} s"
+    events = []
+    for text in stdout.splitlines():
+        try:
+            events.append(json.loads(text))
+        except json.JSONDecodeError:
+            continue  # something the compiler printed
+    return events, (None if process.returncode is None or "timed out after" in stderr else process.returncode), stderr
+
+
+def death_reason(returncode: int | None, stderr: str) -> str:
+    """Why a worker died: its signal or exit code, and the compiler's last words."""
+    if returncode is None:
+        how = "the compile did not finish in time"
+    elif returncode < 0:
+        how = f"the compiler killed its process ({signal.Signals(-returncode).name})"
+    else:
+        how = f"the worker exited with code {returncode}"
+    lines = [line.strip() for line in stderr.splitlines() if line.strip() and "warn" not in line.lower()]
+    telling = [line for line in lines if "Assertion" in line or "error" in line.lower()]
+    last = (telling or lines or [""])[-1]
+    return f"{how}: {last}" if last else how
+
+
+def _chunk_failure(profile: BackendProfile, calls: list, reason: str, stderr: str) -> dict:
+    """An error event for a chunk whose worker died outside any compile (e.g. the
+    kernels failed to import): its remaining configurations were never compiled."""
+    dtypes = sorted({call.dtype for call in calls})
+    dims = sorted({call.head_dim for call in calls})
+    case_id = f"compile.worker[{profile.key},{'+'.join(dtypes)},{'+'.join(f'd{dim}' for dim in dims)}]"
+    return {"event": "result", "id": case_id, "kernel": "worker", "dtype": dtypes[0], "head_dim": dims[0],
+            "config": {}, "error": {"reason": f"not every configuration was compiled: {reason}",
+                                    "traceback": stderr[-4000:]}}
+
+
+def run_chunk(profile: BackendProfile, calls: list, cache_dir: str) -> ChunkOutcome:
+    """Compile one chunk of the plan, restarting the worker after each crash."""
+    outcome = ChunkOutcome()
+    while True:
+        job = {"target": profile.key, "calls": [call.as_dict() for call in calls],
+               "skip": sorted(outcome.results), "cache_dir": cache_dir}
+        events, returncode, stderr = _run_worker(job)
+        in_progress = None
+        for event in events:
+            if event["event"] == "start":
+                in_progress = event
+            elif event["event"] == "result":
+                outcome.results[event["id"]] = event
+                in_progress = None
+            elif event["event"] == "note":
+                outcome.notes.add(event["text"])
+            elif event["event"] == "skipped":
+                outcome.skipped[json.dumps(event["call"], sort_keys=True)] = event["reason"]
+        if returncode == 0:
+            return outcome
+        reason = death_reason(returncode, stderr)
+        if in_progress is None:  # died between compiles: nothing to skip, so no retry
+            failed = _chunk_failure(profile, calls, reason, stderr)
+            outcome.results[failed["id"]] = failed
+            return outcome
+        outcome.results[in_progress["id"]] = {**in_progress, "event": "result",
+                                              "error": {"reason": reason, "traceback": stderr[-4000:]}}
+
+
+def judge(line: dict, profile: BackendProfile, measure_note: str | None) -> tuple[str, str]:
+    """pass/fail of a compiled kernel against the target's limits, and why."""
+    over, remarks = [], []
+    shared, limit = line["shared_bytes"], line["shared_limit_bytes"]
+    if shared is not None and limit is not None and shared > limit:
+        over.append(f"shared memory {shared:,} B over the {limit:,} B a block may use on {profile.key}")
+    registers, budget = line["registers"], line["register_budget"]
+    if registers is not None and budget is not None and registers > budget:
+        over.append(f"{registers} registers per thread over the {budget} a block of "
+                    f"{line['config'].get('num_warps')} warps can have")
+    if line["spills_bytes"]:
+        remarks.append(f"spills {line['spills_bytes']:,} B per thread (reported, not a failure)")
+    if measure_note:
+        remarks.append(measure_note)
+    return (verdicts.FAIL, "; ".join(over)) if over else (verdicts.PASS, "; ".join(remarks))
+
+
+def results_line(event: dict, profile: BackendProfile) -> dict:
+    """The results line (kind "compile") of one compile the workers reported."""
+    config = event.get("config") or {}
+    line = {
+        "kind": "compile", "case": event["id"], "verdict": None, "reason": "",
+        "duration_s": event.get("compile_s"), "backend": profile.key, "target": profile.key,
+        "kernel": event.get("kernel"), "dtype": event.get("dtype"), "head_dim": event.get("head_dim"),
+        "config": config, "registers": event.get("registers"),
+        "register_budget": profile.register_budget(config["num_warps"]) if "num_warps" in config else None,
+        "spills_bytes": event.get("spills_bytes"), "shared_bytes": event.get("shared_bytes"),
+        "shared_limit_bytes": profile.shared_memory_bytes, "compile_s": event.get("compile_s"),
+    }
+    if event.get("error"):
+        line.update(verdict=verdicts.ERROR, reason=event["error"]["reason"], traceback=event["error"].get("traceback"))
+    else:
+        line["verdict"], line["reason"] = judge(line, profile, event.get("measure_note"))
+    return line
+
+
+def _order(line: dict, profiles: list[BackendProfile]) -> tuple:
+    keys = [profile.key for profile in profiles]
+    profile = profiles[keys.index(line["target"])]
+    dtype = profile.dtypes.index(line["dtype"]) if line["dtype"] in profile.dtypes else len(profile.dtypes)
+    kernel = _KERNEL_ORDER.index(line["kernel"]) if line["kernel"] in _KERNEL_ORDER else len(_KERNEL_ORDER)
+    return keys.index(line["target"]), dtype, line["head_dim"] or 0, kernel, line["case"]
+
+
+def compile_targets(profiles: list[BackendProfile], scope: str, workers: int) -> tuple[list[dict], list[str]]:
+    """Results lines (in a stable order) and the run's notes, for every target."""
+    work = [(profile, calls) for profile in profiles for calls in plan.chunks(profile, scope)]
+    lines, notes = {}, set()
+    with tempfile.TemporaryDirectory(prefix="fa-compile-") as cache_dir, ThreadPoolExecutor(workers) as pool:
+        for (profile, _), outcome in zip(work, pool.map(lambda item: run_chunk(*item, cache_dir), work)):
+            for case_id, event in outcome.results.items():
+                lines.setdefault(case_id, results_line(event, profile))
+            notes |= outcome.notes
+            notes |= {f"{profile.key}: skipped {call}: {reason}" for call, reason in outcome.skipped.items()}
+    return sorted(lines.values(), key=lambda line: _order(line, profiles)), sorted(notes)
+
+
+def environment(profiles: list[BackendProfile], scope: str, notes: list[str], wall_s: float) -> dict:
+    """env.json: this host (the compiler's, not a device's) and what was compiled for."""
+    env = fingerprint(INTERPRETER, tier="compile", implementations={}, command=command_line())
+    keys = [profile.key for profile in profiles]
+    env.update(backend=",".join(keys), backend_name="compile-only", arch=None, targets=keys, scope=scope,
+               triton=triton_version(), wall_s=round(wall_s, 1), compile_notes=notes,
+               profile_notes=[f"{profile.key}: {note}" for profile in profiles for note in profile.notes])
+    return env
+
+
+def run(targets: str, out_dir: str | None = None, scope: str = "full", workers: int | None = None) -> int:
+    """Compile, write the run folder, print a table per target; exit code 1 on fail/error.
+    ValueError (naming --target or --scope) for bad arguments."""
+    from conformance.compile_only.report import render_markdown, render_terminal
+
+    profiles = parse_targets(targets)
+    plan.chunks(profiles[0], scope)  # rejects an unknown scope before any work
+    started = time.perf_counter()
+    lines, notes = compile_targets(profiles, scope, workers or os.cpu_count() or 1)
+    run_dir = Path(out_dir) if out_dir else default_run_dir("compile")
+    writer = ResultsWriter(run_dir, environment(profiles, scope, notes, time.perf_counter() - started))
+    for line in lines:
+        writer.append(line)
+    writer.close()
+    lines, env = read_results(run_dir), read_env(run_dir)  # reports are rebuilt from the files
+    (run_dir / REPORT_FILE).write_text(render_markdown(env, lines), encoding="utf-8")
+    print(render_terminal(env, lines))
+    print(f"conformance: compile-only results in {run_dir}")
+    return 1 if verdicts.run_failed(line["verdict"] for line in lines) else 0

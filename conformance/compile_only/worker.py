@@ -1,0 +1,197 @@
+"""One compile-only worker process: `python -m conformance.compile_only.worker`.
+
+Reads a job (target key, calls, ids to skip, triton cache dir) as JSON on stdin,
+makes the target's profile active with tensors standing in on the CPU, points
+triton at a driver that only answers "which target" (there is no GPU), routes every
+kernel launch of the real operators to `JITFunction.warmup` (compile, never run)
+and writes one JSON event per line on stdout:
+
+    {"event": "start", "id": ..., ...}         before each compile: what it compiles
+    {"event": "result", "id": ..., ...}        the same, with its measurements or its error
+    {"event": "note", "text": ...}             something the whole run should say
+    {"event": "skipped", "call": ..., "reason": ...}  an operator refused a call
+
+A compiler that aborts the process leaves a "start" without a "result": the
+parent records that id as an error and starts a new worker that skips it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+# Names of the bundled kernels in results ids (the launch-table names of their roles).
+KERNEL_NAMES = {
+    "flash_forward_kernel": "fwd",
+    "delta_kernel": "bwd_preprocess",
+    "dkdv_kernel": "bwd_dkdv",
+    "dq_kernel": "bwd_dq",
+    "total_attention_kernel": "total",
+    "piecewise_forward_kernel": "piecewise_fwd",
+    "piecewise_dkdv_kernel": "piecewise_bwd_dkdv",
+    "piecewise_dq_kernel": "piecewise_bwd_dq",
+}
+# Launch keywords that are not part of a configuration: the head-dim tile is the
+# `head_dim` field, the rest are the same for every GPU launch.
+_NOT_CONFIG = ("BLOCK_D", "EMULATE_BF16", "first_batch_head")
+
+
+def emit(event: dict) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+class CompileOnlyDriver:
+    """The part of triton's driver interface a compile needs: the target."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+
+def launch_config(kwargs: dict) -> dict:
+    """Tile sizes, compiler options, then the remaining constexpr flags of a launch."""
+    kept = {key: value for key, value in kwargs.items() if key not in _NOT_CONFIG}
+    tiles = {key: value for key, value in kept.items() if key.startswith("BLOCK_")}
+    options = {key: value for key, value in kept.items() if key.islower()}
+    return {**tiles, **options, **{key: value for key, value in kept.items() if key not in tiles and key not in options}}
+
+
+def compile_id(kernel: str, target: str, dtype: str, head_dim: int, config: dict) -> str:
+    flags = [key.lower() for key, value in config.items() if key.isupper() and value is True]
+    return f"compile.{kernel}[{','.join([target, dtype, f'd{head_dim}', *flags])}]"
+
+
+class Compiler:
+    """The launcher: compiles each launch once, measures it, reports it."""
+
+    def __init__(self, target_key: str, backend: str, skip: set[str]):
+        self.target_key, self.backend, self.skip = target_key, backend, set(skip)
+        self.dtype = None
+
+    def __call__(self, kernel, grid, *args, **kwargs):
+        from conformance.compile_only.resources import usage
+
+        name = KERNEL_NAMES.get(kernel.__name__, kernel.__name__)
+        config = launch_config(kwargs)
+        case_id = compile_id(name, self.target_key, self.dtype, kwargs["BLOCK_D"], config)
+        if case_id in self.skip:
+            return
+        self.skip.add(case_id)
+        described = {"id": case_id, "kernel": name, "dtype": self.dtype, "head_dim": kwargs["BLOCK_D"],
+                     "config": config}
+        emit({"event": "start", **described})
+        result = {"event": "result", **described}
+        started = time.perf_counter()
+        try:
+            compiled = kernel.warmup(*args, grid=grid, **kwargs)
+            result["compile_s"] = round(time.perf_counter() - started, 3)
+            result.update(usage(compiled, self.backend))
+        except Exception as exc:  # the compiler's error is the finding
+            from conformance.runner import error_fields
+
+            result["compile_s"] = round(time.perf_counter() - started, 3)
+            result["error"] = error_fields(exc)
+        emit(result)
+
+
+def _tensors(roles: str, call: dict, torch_dtype) -> list:
+    """Random CPU tensors for the operator's inputs: q-like (B=1, H=2, S=64) or k-like
+    (one kv head: the GQA loop is compiled too)."""
+    import torch
+
+    shapes = {"q": (1, 2, 64, call["head_dim"]), "k": (1, 1, 64, call["head_dim"])}
+    return [torch.randn(shapes[role]).to(torch_dtype).requires_grad_(call["backward"]) for role in roles]
+
+
+def run_call(call: dict) -> None:
+    """The operator call; its launches go to the Compiler (outputs are never read)."""
+    import torch
+
+    import kernels
+    from kernels.validation import DTYPE_NAMES
+
+    torch_dtype = {name: dtype for dtype, name in DTYPE_NAMES.items()}[call["dtype"]]
+    if call["op"] == "flash_attention":
+        q, k, v = _tensors("qkk", call, torch_dtype)
+        out, _total = kernels.flash_attention(q, k, v, causal=call["causal"], return_total_attention=True,
+                                              dropout_p=0.25 if call["dropout"] else 0.0, dropout_seed=1)
+    else:
+        q1, k1, q2, k2, v = _tensors("qkqkk", call, torch_dtype)
+        out = kernels.piecewise_attention(q1, k1, q2, k2, v, 16, causal=call["causal"])
+    if call["backward"]:
+        out.backward(torch.ones_like(out))
+
+
+# triton 3.2 links AMD code objects with ROCm's ld.lld (later releases link in-process).
+# A compile-only check reads the assembly and never loads the code object, so where
+# no ld.lld is installed a stand-in that copies the assembled object is enough.
+_LLD_STANDIN = """#!/bin/sh
+# Stand-in for ROCm's ld.lld in compile-only checks: copies the object, links nothing.
+[ "$1" = "--version" ] && { echo "ld.lld stand-in (FA Conformance compile-only)"; exit 0; }
+while [ $# -gt 0 ]; do case "$1" in -o) out="$2"; shift;; -*) ;; *) in="$1";; esac; shift; done
+cp "$in" "$out"
+"""
+
+
+def provide_hip_linker(directory: str) -> None:
+    """Point triton at the ld.lld stand-in if it wants ROCm's linker and finds none."""
+    from triton.backends.amd.compiler import HIPBackend
+
+    find_linker = getattr(HIPBackend, "path_to_rocm_lld", None)
+    try:
+        if find_linker is not None:
+            find_linker()
+        return
+    except Exception:
+        pass
+    standin = Path(directory) / "ld.lld-standin"
+    standin.write_text(_LLD_STANDIN)
+    standin.chmod(standin.stat().st_mode | stat.S_IEXEC)
+    os.environ["TRITON_HIP_LLD_PATH"] = str(standin)
+    emit({"event": "note", "text": "no ROCm ld.lld: AMD code objects were assembled but not linked "
+                                   "(triton 3.2 links externally; registers and LDS come from the assembly)"})
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.read())
+    os.environ.pop("TRITON_INTERPRET", None)  # before the kernels are defined
+    os.environ["TRITON_CACHE_DIR"] = job["cache_dir"]
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    from conformance import backends
+
+    profile = backends.profile_by_key(job["target"])
+    driver.set_active(CompileOnlyDriver(GPUTarget(*profile.compile_target)))
+    if profile.compile_target[0] == "hip":
+        provide_hip_linker(job["cache_dir"])
+    backends.activate(replace(profile, device="cpu"))  # tensors stand in on the CPU
+    from kernels import launch
+
+    compiler = Compiler(profile.key, profile.compile_target[0], set(job["skip"]))
+    launch.set_launcher(compiler)
+    for call in job["calls"]:
+        compiler.dtype = call["dtype"]
+        try:
+            run_call(call)
+        except (TypeError, ValueError) as exc:  # the operator refuses this call
+            emit({"event": "skipped", "call": call, "reason": f"{type(exc).__name__}: {exc}"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

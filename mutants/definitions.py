@@ -1,0 +1,132 @@
+"""The mutants: one realistic fault class each, as small edits of the real kernels.
+
+Every snippet is copied from the kernel source and must occur there exactly once
+(see transform.apply_edit).  `crash` and `hang` are fixtures for the robustness
+of a run (process isolation, per-case time limits), not sensitivity mutants.
+"""
+
+from __future__ import annotations
+
+from mutants.transform import Edit, Mutant
+
+_VISIBLE_CAUSAL = "mask = mask & (cols[None, :] <= rows[:, None] + (seq_k - seq_q))"
+_FORWARD = "flash_forward.py"
+_BACKWARD = "flash_backward.py"
+
+# A GQA dK/dV kernel with one program per *query* head, each adding its share into
+# an fp32 buffer it read when it started: correct whenever the programs of one kv
+# head run one after another, lost updates whenever they overlap.
+_RACE_EDITS = (
+    Edit("flash.py",
+         "    dk = new_output(k.shape, k.dtype, k.device)\n    dv = new_output(v.shape, v.dtype, v.device)\n",
+         "    dk = torch.zeros(k.shape, dtype=torch.float32, device=k.device)\n"
+         "    dv = torch.zeros(v.shape, dtype=torch.float32, device=v.device)\n"),
+    Edit("flash.py", 'launch(dkdv_kernel, triton.cdiv(seq_k, dkdv["BLOCK_N"]), batch * kv_heads,',
+         'launch(dkdv_kernel, triton.cdiv(seq_k, dkdv["BLOCK_N"]), batch * heads,'),
+    Edit("flash.py", "    return dq, dk, dv\n", "    return dq, dk.to(k.dtype), dv.to(v.dtype)\n"),
+    Edit(_BACKWARD, "block_n, _, batch, kv_head, _ = program_coordinates(num_kv_heads, 1, first_batch_head)",
+         "block_n, _, batch, own_head, kv_head = program_coordinates(num_heads, group_size, first_batch_head)"),
+    Edit(_BACKWARD, "    dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)\n",
+         "    dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)\n"
+         "    dk_before = load_head_tile(DK, batch, kv_head, stride_dkb, stride_dkh, cols, dims,\n"
+         "                               stride_dkn, stride_dkd, seq_k, head_dim)\n"
+         "    dv_before = load_head_tile(DV, batch, kv_head, stride_dvb, stride_dvh, cols, dims,\n"
+         "                               stride_dvn, stride_dvd, seq_k, head_dim)\n"),
+    Edit(_BACKWARD, "    for member in range(0, group_size):\n        head = kv_head * group_size + member\n",
+         "    for member in range(0, 1):\n        head = own_head\n"),
+    Edit(_BACKWARD, "               dk * sm_scale, cols,", "               dk_before + dk * sm_scale, cols,"),
+    Edit(_BACKWARD, "               dv, cols, dims, stride_dvn,", "               dv_before + dv, cols, dims, stride_dvn,"),
+)
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("scale_padded_head_dim",
+           "softmax scale off by a small factor: 1/sqrt of the padded head dim (d96: 1/sqrt(128), 0.87x)",
+           (Edit("flash.py", "return 1.0 / math.sqrt(q.shape[3]) if sm_scale is None",
+                 "return 1.0 / math.sqrt(padded_head_dim(q.shape[3])) if sm_scale is None"),)),
+    Mutant("causal_off_by_one",
+           "causal mask off by one: the diagonal key (j = i + Sk - Sq) is hidden (< instead of <=)",
+           (Edit("blocks.py", _VISIBLE_CAUSAL,
+                 "mask = mask & (cols[None, :] < rows[:, None] + (seq_k - seq_q))"),)),
+    Mutant("causal_top_left",
+           "causal mask aligned top-left instead of bottom-right (wrong only when Sq != Sk)",
+           (Edit("blocks.py", _VISIBLE_CAUSAL, "mask = mask & (cols[None, :] <= rows[:, None])"),)),
+    Mutant("ragged_keys_unmasked",
+           "ragged sequence end: keys past Sk (the zero padding of the last tile) are not masked",
+           (Edit("blocks.py", "mask = (rows[:, None] < seq_q) & (cols[None, :] < seq_k)",
+                 "mask = rows[:, None] < seq_q"),)),
+    Mutant("no_accumulator_rescale",
+           "online softmax: the output accumulator is not rescaled when the running max grows",
+           (Edit(_FORWARD, "v, acc * rescale[:, None], EMULATE_BF16)", "v, acc, EMULATE_BF16)"),)),
+    Mutant("fp16_accumulation",
+           "fp16 accumulation: tl.dot of fp16 operands accumulates in fp16 (out_dtype=float16)",
+           (Edit("blocks.py", "    else:\n        acc = tl.dot(a, b, acc)\n",
+                 "    elif a.dtype == tl.float16:\n"
+                 "        acc = tl.dot(a, b, acc.to(tl.float16), out_dtype=tl.float16).to(tl.float32)\n"
+                 "    else:\n        acc = tl.dot(a, b, acc)\n"),)),
+    Mutant("lse_log2",
+           "wrong log-normalizer stored: log2 of the row sum instead of ln (the backward rebuilds P from it)",
+           (Edit("blocks.py", "row_max * sm_scale + tl.math.log(safe_sum)",
+                 "row_max * sm_scale + tl.math.log2(safe_sum)"),)),
+    Mutant("dropout_not_rescaled",
+           "dropout: kept weights not rescaled by 1/(1-p)",
+           (Edit("dropout.py", "return 1.0 / (1.0 - self.p)", "return 1.0"),)),
+    Mutant("dkdv_block_lost",
+           "dK/dV partial sums of one query block lost (the dK/dV loop starts one block late)",
+           (Edit(_BACKWARD, "for row_start in range(query_start, seq_q, BLOCK_M):",
+                 "for row_start in range(query_start + BLOCK_M, seq_q, BLOCK_M):"),)),
+    Mutant("gqa_heads_interleaved",
+           "GQA head mapping wrong: query head h reads kv head h mod Hkv instead of h // (H/Hkv)",
+           (Edit("blocks.py", "return block, batch_head, batch, head, head // group_size",
+                 "return block, batch_head, batch, head, head % (num_heads // group_size)"),)),
+    Mutant("row_stride_ignored",
+           "stride of a non-contiguous input ignored: rows assumed head_dim apart, as in a contiguous tensor",
+           (Edit("blocks.py",
+                 "    ptrs = base + rows[:, None] * stride_row + cols[None, :] * stride_col\n"
+                 "    in_range = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)\n    return tl.load(",
+                 "    ptrs = base + rows[:, None] * n_cols + cols[None, :] * stride_col\n"
+                 "    in_range = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)\n    return tl.load("),)),
+    Mutant("total_batch_offset",
+           "total_attention reads the log-normalizer of batch 0 for every batch (batch offset dropped)",
+           (Edit("total_attention.py", "stats = LSE + batch_head.to(tl.int64) * seq_q",
+                 "stats = LSE + head.to(tl.int64) * seq_q"),)),
+    Mutant("piecewise_threshold_inclusive",
+           "piecewise_attention threshold off by one: |distance| <= threshold scored as near (< expected)",
+           (Edit("piecewise_blocks.py", "return tl.abs(distance) < dist_threshold",
+                 "return tl.abs(distance) <= dist_threshold"),)),
+    Mutant("dropout_backward_stream",
+           "dropout mask regenerated differently in the backward (seed words swapped in the dQ kernel)",
+           (Edit(_BACKWARD, "keep = dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, key_start,",
+                 "keep = dropout_keep(seed_hi, seed_lo, drop_threshold, batch_head, rows, key_start,"),)),
+    Mutant("softmax_grad_no_delta",
+           "softmax backward drops the row term: dS = P * dP instead of P * (dP - delta)",
+           (Edit("blocks.py", "return p * (dp - delta[:, None])", "return p * dp"),)),
+    Mutant("dq_unscaled",
+           "dQ misses the softmax scale (chain rule through s = scale * q.k)",
+           (Edit(_BACKWARD, "dq * sm_scale, rows, dims, stride_dqm", "dq, rows, dims, stride_dqm"),)),
+    Mutant("masked_row_nan",
+           "fully masked rows: no guard for a running max of -inf, exp2(-inf - -inf) = NaN",
+           (Edit("blocks.py", 'safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)',
+                 "safe_max = new_max"),)),
+    Mutant("gqa_dkdv_race",
+           "race: GQA dK/dV summed across query-head programs by a non-atomic read-modify-write",
+           _RACE_EDITS,
+           interpreter_unreachable="the interpreter runs programs one after another, so every "
+                                   "read-modify-write sees the previous program's store"),
+    # ---- robustness fixtures (not counted, never run by the kill table)
+    Mutant("crash",
+           "out-of-bounds read 2^40 elements past K when Sk == 1: an illegal memory access on a GPU, "
+           "SIGSEGV on the interpreter",
+           (Edit(_FORWARD, "k_base = K + head_offset(batch, kv_head, stride_kb, stride_kh)",
+                 "k_base = K + head_offset(batch, kv_head, stride_kb, stride_kh) + (seq_k == 1) * (1 << 40)"),),
+           counted=False),
+    Mutant("hang",
+           "the forward's key loop advances by 0 when Sq == 1: never ends on single-query cases",
+           (Edit(_FORWARD, "    for key_start in range(0, key_end, BLOCK_N):\n        cols = key_start",
+                 "    key_start = 0\n    while key_start < key_end:\n        cols = key_start"),
+            Edit(_FORWARD, "v, acc * rescale[:, None], EMULATE_BF16)\n",
+                 "v, acc * rescale[:, None], EMULATE_BF16)\n        key_start += BLOCK_N * (seq_q != 1)\n")),
+           counted=False),
+)
+
+BY_NAME = {mutant.name: mutant for mutant in MUTANTS}
+COUNTED = tuple(mutant for mutant in MUTANTS if mutant.counted)

@@ -1,0 +1,111 @@
+"""The kill table: mutants.jsonl (one line per mutant, appended as each hunt ends)
+and mutants.md rendered from it and env.json alone."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tabulate import tabulate
+
+from conformance import verdicts
+from conformance.report import format_ratio
+from conformance.results import from_json, read_env, to_json
+
+MUTANTS_FILE = "mutants.jsonl"
+TABLE_FILE = "mutants.md"
+_ENV_FIELDS = ("device", "backend", "torch", "triton", "harness", "time_utc", "command")
+_RESULT_WORDS = {verdicts.PASS: "killed", verdicts.FAIL: "SURVIVED", verdicts.ERROR: "BROKEN",
+                 verdicts.UNSUPPORTED: "survived, unreachable here"}
+
+
+class MutantsWriter:
+    """Appends mutant lines to DIR/mutants.jsonl, durable as each is written."""
+
+    def __init__(self, out_dir: str | Path):
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        self._handle = open(Path(out_dir) / MUTANTS_FILE, "w", encoding="utf-8")
+
+    def append(self, line: dict) -> None:
+        self._handle.write(to_json(line) + "\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def read_mutant_lines(out_dir: str | Path) -> list[dict]:
+    text = (Path(out_dir) / MUTANTS_FILE).read_text(encoding="utf-8")
+    return [from_json(row) for row in text.splitlines() if row.strip()]
+
+
+def result_text(line: dict) -> str:
+    """killed / SURVIVED / BROKEN / unreachable here (the reason says why)."""
+    return _RESULT_WORDS.get(line["verdict"], line["verdict"])
+
+
+def kill_text(kill: dict) -> str:
+    """`case id` (verdict: tensor ratio, ...)."""
+    tensors = ", ".join(f"{t['name']} {format_ratio(t['ratio'])}" for t in kill["tensors"])
+    return f"`{kill['case']}` ({kill['verdict']}{': ' + tensors if tensors else ''})"
+
+
+def _cases_run(line: dict) -> str:
+    return ", ".join(f"{tier} {count}" for tier, count in line["cases_run"].items()) or "-"
+
+
+def totals_text(lines: list[dict]) -> str:
+    counts = {word: sum(1 for line in lines if line["verdict"] == verdict)
+              for verdict, word in ((verdicts.PASS, "killed"), (verdicts.FAIL, "survived"),
+                                    (verdicts.UNSUPPORTED, "not reachable on this backend"),
+                                    (verdicts.ERROR, "broken"))}
+    return f"{len(lines)} mutants: " + ", ".join(f"{word} {count}" for word, count in counts.items() if count)
+
+
+def table_rows(lines: list[dict], kills_per_row: int | None = None, separator: str = "<br>") -> list[list]:
+    rows = []
+    for line in lines:
+        kills = line["kills"] if kills_per_row is None else line["kills"][:kills_per_row]
+        more = len(line["kills"]) - len(kills)
+        killed_by = separator.join(kill_text(kill) for kill in kills) + (f" (+{more} more)" if more else "")
+        rows.append([line["mutant"], line["fault"], result_text(line), line["tier"] or "-",
+                     _cases_run(line), killed_by or line["reason"] or "-"])
+    return rows
+
+
+HEADERS = ["mutant", "fault class", "result", "killed in tier", "cases run", "killed by (case: tensor ratios)"]
+
+
+def _escaped(rows: list[list]) -> list[list]:
+    """Cells safe inside a markdown table (fault classes mention |distance|)."""
+    return [[cell.replace("|", "\\|") for cell in row] for row in rows]
+
+
+def markdown(env: dict, lines: list[dict]) -> str:
+    env_rows = [[key, str(env[key].get("revision") if isinstance(env[key], dict) else env[key])]
+                for key in _ENV_FIELDS if env.get(key) is not None]
+    parts = [
+        "# Mutant kill table", "",
+        f"{totals_text(lines)}. A mutant is killed when a case ends fail, nonfinite or error; "
+        "tiers are climbed from smoke, in pairwise-coverage order within each (mutants/ordering.py).", "",
+        tabulate(_escaped(table_rows(lines)), headers=HEADERS, tablefmt="github", disable_numparse=True), "",
+        "## Environment", "",
+        tabulate(env_rows, headers=["field", "value"], tablefmt="github", disable_numparse=True), "",
+        "Re-run one killing case: the `reproduce` command of its kill in mutants.jsonl.", "",
+    ]
+    return "\n".join(parts)
+
+
+def terminal(lines: list[dict]) -> str:
+    rows = table_rows(lines, kills_per_row=1, separator="; ")
+    table = tabulate(rows, headers=HEADERS, tablefmt="simple", disable_numparse=True,
+                     maxcolwidths=[None, 36, 12, None, 12, 64])
+    return f"{table}\n\n{totals_text(lines)}\n"
+
+
+def write_table(out_dir: str | Path) -> Path:
+    """Render DIR/mutants.md from DIR/mutants.jsonl and DIR/env.json."""
+    path = Path(out_dir) / TABLE_FILE
+    path.write_text(markdown(read_env(out_dir), read_mutant_lines(out_dir)), encoding="utf-8")
+    return path

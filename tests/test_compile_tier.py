@@ -1,0 +1,130 @@
+"""The compile-only tier: targets, the plan, verdicts, crash handling, and one real
+compile for sm_80 (a worker process, so it works whatever this process activated)."""
+
+import pytest
+
+from conformance import verdicts
+from conformance.backends import cuda_profile, hip_profile, profile_by_key
+from conformance.cli import main
+from conformance.compile_only import plan, tier
+from conformance.compile_only.targets import DEFAULT_TARGETS, parse_targets
+from conformance.compile_only.worker import compile_id, launch_config
+
+CONTRACT_FIELDS = {"kind", "case", "verdict", "reason", "duration_s", "backend", "target", "kernel", "dtype",
+                   "head_dim", "config", "registers", "spills_bytes", "shared_bytes", "shared_limit_bytes",
+                   "compile_s"}
+
+
+def test_targets_take_short_names_and_backend_keys_in_order_once():
+    keys = [profile.key for profile in parse_targets("sm_80, gfx942,cuda:sm_80,hip:gfx90a")]
+    assert keys == ["cuda:sm_80", "hip:gfx942", "hip:gfx90a"]
+    assert [p.key for p in parse_targets(DEFAULT_TARGETS)] == ["cuda:sm_80", "cuda:sm_90", "hip:gfx90a", "hip:gfx942"]
+
+
+@pytest.mark.parametrize("text, match", [
+    ("sm_8x", r"^--target: unknown target 'sm_8x'; expected sm_XY, gfxNNN or one of .*hip:gfx942"),
+    ("mi300", r"^--target: unknown target 'mi300'"),
+    ("iluvatar:ivcore11", r"^--target: iluvatar:ivcore11 cannot be compiled for"),
+    ("interpreter", r"^--target: interpreter:cpu cannot be compiled for"),
+    (" , ", r"^--target: expected a comma-separated list"),
+])
+def test_a_bad_target_names_the_argument(text, match):
+    with pytest.raises(ValueError, match=match):
+        parse_targets(text)
+
+
+def test_the_command_line_rejects_a_bad_target_and_scope_as_usage_errors(capsys):
+    assert main(["compile", "--target", "sm_80,gfx9xx"]) == 2
+    assert "argument --target: unknown target 'gfx9xx'" in capsys.readouterr().err
+    assert main(["compile", "--scope", "everything"]) == 2
+    assert "argument --scope" in capsys.readouterr().err
+
+
+def test_the_full_plan_covers_every_dtype_power_of_two_head_dim_and_variant():
+    profile = cuda_profile((9, 0))
+    chunks = plan.chunks(profile, "full")
+    assert len(chunks) == 5 * 5  # fp16 bf16 fp32 fp8e4m3 fp8e5m2 x d16 32 64 128 256
+    fp16 = [call for chunk in chunks for call in chunk if call.dtype == "fp16" and call.head_dim == 64]
+    assert {(c.op, c.causal, c.dropout) for c in fp16} == {
+        *((plan.FLASH, causal, dropout) for causal in (False, True) for dropout in (False, True)),
+        (plan.PIECEWISE, False, False), (plan.PIECEWISE, True, False)}
+    fp8 = [call for chunk in chunks for call in chunk if call.dtype == "fp8e4m3"]
+    assert fp8 and all(call.op == plan.FLASH and not call.backward for call in fp8)
+
+
+def test_the_quick_plan_takes_each_table_row_once_with_the_most_code():
+    calls = [call for chunk in plan.chunks(hip_profile("gfx942"), "quick") for call in chunk]
+    assert {call.head_dim for call in calls} == {64, 128, 256}
+    assert {call.dtype for call in calls} == {"fp16", "fp32"}
+    assert all(call.causal and (call.dropout or call.op == plan.PIECEWISE) for call in calls)
+    with pytest.raises(ValueError, match="--scope"):
+        plan.chunks(hip_profile("gfx942"), "most")
+
+
+def test_ids_and_configs_come_from_the_launch_keywords():
+    config = launch_config(dict(CAUSAL=True, BLOCK_D=128, EMULATE_BF16=False, DROPOUT=False, BLOCK_M=64,
+                                BLOCK_N=32, num_warps=4, num_stages=1, waves_per_eu=2, first_batch_head=0))
+    assert list(config) == ["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "waves_per_eu", "CAUSAL", "DROPOUT"]
+    assert compile_id("fwd", "hip:gfx942", "fp16", 128, config) == "compile.fwd[hip:gfx942,fp16,d128,causal]"
+
+
+def compiled_event(**measured):
+    return {"event": "result", "id": "compile.fwd[cuda:sm_86,fp16,d128]", "kernel": "fwd", "dtype": "fp16",
+            "head_dim": 128, "config": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3},
+            "compile_s": 1.5, "registers": 200, "spills_bytes": 0, "shared_bytes": 57344, **measured}
+
+
+def test_verdicts_fail_over_a_limit_and_only_report_spills():
+    sm86 = cuda_profile((8, 6))
+    passed = tier.results_line(compiled_event(spills_bytes=96), sm86)
+    assert (passed["verdict"], passed["reason"]) == (verdicts.PASS, "spills 96 B per thread (reported, not a failure)")
+    over = tier.results_line(compiled_event(shared_bytes=110_000), sm86)
+    assert over["verdict"] == verdicts.FAIL and "shared memory 110,000 B over the 101,376 B" in over["reason"]
+    crowded = tier.results_line(compiled_event(config={"BLOCK_M": 64, "num_warps": 16}, registers=200), sm86)
+    assert crowded["verdict"] == verdicts.FAIL and "200 registers per thread over the 128" in crowded["reason"]
+    failed = tier.results_line(compiled_event(error={"reason": "CompilationError: at 3:4", "traceback": "..."}), sm86)
+    assert (failed["verdict"], failed["reason"]) == (verdicts.ERROR, "CompilationError: at 3:4")
+    assert CONTRACT_FIELDS <= set(passed)
+
+
+def test_a_compiler_that_kills_its_worker_becomes_an_error_and_the_rest_carries_on(monkeypatch):
+    crashed = {"event": "start", "id": "compile.bwd_dkdv[cuda:sm_90,fp16,d128]", "kernel": "bwd_dkdv",
+               "dtype": "fp16", "head_dim": 128, "config": {"num_warps": 8}}
+    jobs = []
+
+    def fake_worker(job):
+        jobs.append(job)
+        if len(jobs) == 1:
+            return [crashed], -6, "python: LinearLayout.cpp:562: reshapeOuts: Assertion `total' failed.\n"
+        return [{**compiled_event(), "id": "compile.bwd_dq[cuda:sm_90,fp16,d128]"}], 0, ""
+
+    monkeypatch.setattr(tier, "_run_worker", fake_worker)
+    outcome = tier.run_chunk(profile_by_key("cuda:sm_90"), [plan.Call(plan.FLASH, "fp16", 128, True)], "/tmp")
+    assert jobs[1]["skip"] == [crashed["id"]]
+    error = outcome.results[crashed["id"]]["error"]["reason"]
+    assert error == "the compiler killed its process (SIGABRT): python: LinearLayout.cpp:562: reshapeOuts: " \
+                    "Assertion `total' failed."
+    assert set(outcome.results) == {crashed["id"], "compile.bwd_dq[cuda:sm_90,fp16,d128]"}
+
+
+def test_a_worker_dying_between_compiles_is_an_error_line(monkeypatch):
+    monkeypatch.setattr(tier, "_run_worker", lambda job: ([], 1, "ImportError: cannot import name 'x'\n"))
+    outcome = tier.run_chunk(cuda_profile((8, 0)), [plan.Call(plan.FLASH, "fp32", 64, False)], "/tmp")
+    (line,) = [tier.results_line(event, cuda_profile((8, 0))) for event in outcome.results.values()]
+    assert line["case"] == "compile.worker[cuda:sm_80,fp32,d64]" and line["verdict"] == verdicts.ERROR
+    assert "the worker exited with code 1: ImportError" in line["reason"]
+
+
+def test_one_real_compile_for_sm_80(tmp_path):
+    profile = cuda_profile((8, 0))
+    outcome = tier.run_chunk(profile, [plan.Call(plan.FLASH, "fp16", 16, False, backward=False)], str(tmp_path))
+    lines = {line["kernel"]: line for line in (tier.results_line(e, profile) for e in outcome.results.values())}
+    assert set(lines) == {"fwd", "total"}
+    forward = lines["fwd"]
+    assert forward["case"] == "compile.fwd[cuda:sm_80,fp16,d16]" and forward["verdict"] == verdicts.PASS
+    assert CONTRACT_FIELDS <= set(forward)
+    assert forward["config"] == {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3,
+                                 "CAUSAL": False, "DROPOUT": False}
+    assert 0 < forward["registers"] <= 255 and forward["spills_bytes"] == 0
+    assert 0 < forward["shared_bytes"] <= forward["shared_limit_bytes"] == 163 * 1024
+    assert forward["compile_s"] > 0 and forward["backend"] == forward["target"] == "cuda:sm_80"

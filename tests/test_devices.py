@@ -1,0 +1,108 @@
+"""One GPU per pytest-xdist worker, simulated with a stand-in torch.cuda; `-n auto` on the CPU."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from conformance import backends, plugin
+from conformance.devices import device_for_worker, pin_xdist_worker, record_device, xdist_worker_number
+from conformance.run_options import xdist_workers
+from tests.test_cli import run_cli
+
+
+class FakeCuda:
+    """torch.cuda as far as pinning uses it."""
+
+    def __init__(self, count: int):
+        self.count = count
+        self.current = None
+
+    def is_available(self) -> bool:
+        return self.count > 0
+
+    def device_count(self) -> int:
+        return self.count
+
+    def set_device(self, index: int) -> None:
+        self.current = index
+
+
+def test_worker_numbers():
+    assert [xdist_worker_number(name) for name in ("gw0", "gw13", "master", "", None, "gwx")] == \
+        [0, 13, None, None, None, None]
+
+
+def test_workers_spread_over_the_gpus_round_robin():
+    assert [device_for_worker(f"gw{n}", 4) for n in range(10)] == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
+    assert device_for_worker("gw3", 1) == 0
+    assert device_for_worker(None, 8) is None and device_for_worker("gw1", 0) is None
+
+
+@pytest.mark.parametrize("worker, backend, interpreter, count, expected", [
+    ("gw5", None, False, 4, 1),            # detected GPU: pinned
+    ("gw2", "cuda:sm_90", True, 8, 2),     # an explicit cuda backend wins over TRITON_INTERPRET
+    ("gw2", "interpreter", False, 8, None),  # the interpreter never touches CUDA
+    ("gw2", None, True, 8, None),
+    (None, None, False, 8, None),          # not an xdist worker (plain run, or the controller)
+    ("gw0", None, False, 0, None),         # no GPU
+])
+def test_pinning(worker, backend, interpreter, count, expected):
+    cuda = FakeCuda(count)
+    assert pin_xdist_worker(worker, backend, interpreter, cuda=cuda) == expected
+    assert cuda.current == expected
+
+
+def _worker_config(worker_id: str) -> SimpleNamespace:
+    """What pytest_configure reads of an xdist worker's config."""
+    options = {"conformance_tier": "auto", "conformance_case": [], "conformance_seeds": None,
+               "conformance_kernel": [], "conformance_backend": "cuda:sm_90", "conformance_distribution": None,
+               "conformance_resume": None, "conformance_out": None, "conformance_isolate": "auto",
+               "conformance_case_timeout": None, "conformance_determinism": "auto"}
+    return SimpleNamespace(stash=pytest.Stash(), workerinput={"workerid": worker_id},
+                           getoption=options.__getitem__, addinivalue_line=lambda *args: None)
+
+
+def test_an_xdist_worker_is_pinned_before_it_touches_cuda(monkeypatch):
+    """gw6 of 4 GPUs runs on GPU 2, and so does the isolated worker it starts."""
+    cuda = FakeCuda(4)
+    events = []
+    monkeypatch.setattr(plugin, "pin_xdist_worker",
+                        lambda *args: events.append("pin") or pin_xdist_worker(*args, cuda=cuda))
+    real_activate = backends.activate
+    monkeypatch.setattr(backends, "activate", lambda key=None: events.append("activate") or real_activate(key))
+    config = _worker_config("gw6")
+    plugin.pytest_configure(config)
+    state = config.stash[plugin._STATE]
+    assert events == ["pin", "activate"]
+    assert cuda.current == 2 and state.device_index == 2
+    assert state.worker_config()["device_index"] == 2
+    assert state.isolate and state.run_options["check_determinism"]  # GPU defaults
+    assert state.timeout_s == 300
+
+
+def test_lines_of_gpu_runs_record_their_device(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert record_device({"case": "x"}, "cuda") == {"case": "x", "device_index": 3}
+    assert record_device({"case": "x"}, "cpu") == {"case": "x"}
+
+
+def test_n_auto_means_one_worker_per_gpu(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    assert xdist_workers("auto", backends.profile_by_key("cuda:sm_90")) == 8
+    assert xdist_workers("auto", backends.profile_by_key("interpreter")) == "auto"  # one per core
+    assert xdist_workers(3, backends.profile_by_key("cuda:sm_90")) == 3
+
+
+def test_n_auto_on_the_cpu(tmp_path):
+    """pytest-xdist with as many workers as cores; every case recorded once."""
+    pytest.importorskip("xdist")
+    cases = [f"flash_attention.fwd[fp32,d16,{mask},B1,H2,Hkv1,Sq{sq},Sk17,seed0]"
+             for mask in ("causal", "noncausal") for sq in (9, 30)]
+    code, lines, _ = run_cli(tmp_path, "exact", *cases, extra=["-n", "auto"])
+    assert code == 0
+    assert sorted(line["case"] for line in lines if line.get("kind", "case") == "case") == sorted(cases)

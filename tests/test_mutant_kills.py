@@ -1,0 +1,106 @@
+"""The CI kill check: the smoke tier kills every mutant the interpreter can show, by
+the rule (fail or nonfinite, not by an error); and the fixtures behave as named.
+
+Cost on a 2-core machine: about 80 s for the kill check (two hunters, each mutant
+stopped at its first killing case), about 30 s for the rest."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conformance import backends, verdicts
+from conformance.catalog import cases
+from conformance.implementations import Implementations
+from conformance.runner import run_case
+from mutants import BY_NAME, COUNTED
+from mutants.kill import hunt_all
+from mutants.registry import kernel_specs
+
+REPO = Path(__file__).resolve().parent.parent
+REACHABLE = [m.name for m in COUNTED if not m.interpreter_unreachable]
+HUNTERS = 2
+HANG_SECONDS = 10
+
+
+@pytest.fixture(scope="module")
+def smoke_hunts():
+    lines = hunt_all(REACHABLE, "smoke", "interpreter", max_kills=1, jobs=HUNTERS)
+    return {line["mutant"]: line for line in lines}
+
+
+@pytest.mark.parametrize("name", REACHABLE)
+def test_smoke_tier_kills_the_mutant_by_the_rule(smoke_hunts, name):
+    line = smoke_hunts[name]
+    assert line["status"] == "killed", f"{name} ({line['fault']}) survived the smoke tier: {line['reason']}"
+    assert line["tier"] == "smoke" and line["verdict"] == verdicts.PASS
+    kill = line["kills"][0]
+    assert kill["verdict"] in (verdicts.FAIL, verdicts.NONFINITE), kill
+    assert kill["tensors"], kill  # the tensors that gave it away are named
+
+
+def _gqa_backward_smoke_cases():
+    return [case for case in cases("smoke")
+            if case.op == "flash_attention" and case.direction == "bwd" and case.heads > case.kv_heads
+            and case.bad_input is None and case.seq_q > 1]
+
+
+def test_the_race_is_correct_when_programs_run_one_after_another():
+    """What its `interpreter_unreachable` claims: the interpreter's sequential programs
+    never lose an update, so every GQA backward case passes (on a GPU they overlap)."""
+    profile = backends.active_profile()
+    if not profile.interpreted:
+        pytest.skip("a claim about the interpreter")
+    implementations = Implementations.from_specs(kernel_specs("gqa_dkdv_race"))
+    selected = _gqa_backward_smoke_cases()
+    assert len(selected) >= 3
+    for case in selected:
+        line = run_case(case, profile, implementations)
+        assert line["verdict"] == verdicts.PASS, (case.id, line["reason"])
+
+
+def _fixture_script(name: str, good_shape: tuple, bad_shape: tuple) -> str:
+    """A process that runs the fixture once on a good shape (prints 'ok'), then on a bad one."""
+    return textwrap.dedent(f"""
+        from conformance import backends
+        backends.activate("interpreter")
+        import torch
+        from mutants.registry import flash_attention_{name} as attention
+        for (sq, sk) in ({good_shape}, {bad_shape}):
+            q = torch.randn(1, 2, sq, 32, dtype=torch.float16)
+            k, v = (torch.randn(1, 2, sk, 32, dtype=torch.float16) for _ in range(2))
+            attention(q, k, v)
+            print("ok", sq, sk, flush=True)
+    """)
+
+
+def _start_fixture(name, good, bad):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-c", _fixture_script(name, good, bad)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_crash_fixture_kills_its_process_on_a_single_key_only():
+    assert not BY_NAME["crash"].counted
+    process = _start_fixture("crash", (8, 8), (8, 1))
+    stdout, stderr = process.communicate(timeout=120)
+    assert stdout.splitlines() == ["ok 8 8"], stderr[-2000:]
+    assert process.returncode == -signal.SIGSEGV
+
+
+def test_hang_fixture_never_finishes_a_single_query():
+    """The good shape takes about a second; the single-query call then makes no
+    progress for HANG_SECONDS (a generous multiple) and is killed."""
+    assert not BY_NAME["hang"].counted
+    process = _start_fixture("hang", (2, 8), (1, 8))
+    try:
+        assert process.stdout.readline().strip() == "ok 2 8"
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(timeout=HANG_SECONDS)
+    finally:
+        process.kill()
+        process.communicate()

@@ -1,0 +1,159 @@
+"""The mutant machinery: edits that must apply exactly once, packages that differ from
+the bundled kernels by exactly their named edits, the case order, the kill table and
+`python -m mutants` (no kernel launches here; tests/test_mutant_kills.py launches)."""
+
+import re
+
+import pytest
+
+from conformance import verdicts
+from conformance.catalog import Case
+from mutants import BY_NAME, COUNTED, MUTANTS, Edit, Mutant, PatternError
+from mutants import kill, registry
+from mutants.cli import main
+from mutants.kill import exit_status, tier_ladder
+from mutants.ordering import coverage_order
+from mutants.report import markdown, read_mutant_lines, terminal, MutantsWriter
+from mutants.transform import KERNELS_PACKAGE, kernel_sources, load, materialise, mutated_sources
+
+SOURCES = {"a.py": "x = 1\ny = 2\n", "b.py": "from kernels.a import x\nz = x + x\n"}
+
+
+def test_an_edit_whose_snippet_is_missing_fails_loudly():
+    mutant = Mutant("gone", "fault", (Edit("a.py", "x = 3", "x = 4"),))
+    with pytest.raises(PatternError, match=r"'gone'.*kernels/a.py.*does not occur.*'x = 3'"):
+        mutated_sources(mutant, SOURCES)
+
+
+def test_an_edit_whose_snippet_occurs_twice_fails_loudly():
+    mutant = Mutant("twice", "fault", (Edit("b.py", "x", "y"),))
+    with pytest.raises(PatternError, match=r"'twice'.*kernels/b.py.*occurs 3 times.*exactly once"):
+        mutated_sources(mutant, SOURCES)
+
+
+def test_an_edit_of_a_missing_file_fails_loudly():
+    with pytest.raises(PatternError, match="no file kernels/c.py"):
+        mutated_sources(Mutant("nofile", "fault", (Edit("c.py", "x", "y"),)), SOURCES)
+
+
+def test_a_mutant_package_imports_itself_not_the_bundled_kernels():
+    sources = mutated_sources(Mutant("m", "fault", (Edit("b.py", "x + x", "x * x"),)), SOURCES)
+    assert sources == {"a.py": "x = 1\ny = 2\n", "b.py": "from _fa_mutant_m.a import x\nz = x * x\n"}
+
+
+def _apply_independently(text: str, edits) -> str:
+    for edit in edits:
+        before, found, after = text.partition(edit.find)
+        assert found and edit.find not in before + after
+        text = before + edit.replace + after
+    return text
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_each_mutant_differs_from_the_kernels_by_exactly_its_edits(mutant):
+    original, mutated = kernel_sources(), mutated_sources(mutant)
+    assert mutated.keys() == original.keys()
+    for name, text in mutated.items():
+        assert not re.search(rf"^\s*(from|import)\s+{KERNELS_PACKAGE}\b", text, re.MULTILINE), name
+        renamed_back = text.replace(mutant.package, KERNELS_PACKAGE)
+        changed = [a for a, b in zip(text.splitlines(), renamed_back.splitlines()) if a != b]
+        assert all(re.match(r"\s*(from|import) ", line) for line in changed), (name, changed)
+        edits = [edit for edit in mutant.edits if edit.file == name]
+        assert renamed_back == _apply_independently(original[name], edits), name
+        assert (renamed_back != original[name]) == bool(edits), name
+
+
+def test_mutants_are_distinct_and_enough():
+    assert len(COUNTED) >= 15
+    assert len({m.name for m in MUTANTS}) == len(MUTANTS)
+    assert len({m.edits for m in MUTANTS}) == len(MUTANTS)
+    assert {m.name for m in MUTANTS if not m.counted} == {"crash", "hang"}
+
+
+def test_materialised_package_is_the_mutated_sources_and_is_reused(tmp_path):
+    mutant = BY_NAME["lse_log2"]
+    root = materialise(mutant)
+    assert materialise(mutant) == root
+    on_disk = {path.name: path.read_text() for path in (root / mutant.package).glob("*.py")}
+    assert on_disk == mutated_sources(mutant)
+
+
+def test_registry_gives_the_mutant_operator_with_its_dropout_mask():
+    package = load(BY_NAME["dropout_not_rescaled"])
+    function = registry.flash_attention_dropout_not_rescaled
+    assert function is package.flash_attention
+    assert function.dropout_keep_mask is package.dropout_keep_mask
+    assert registry.piecewise_attention_dropout_not_rescaled is package.piecewise_attention
+    assert registry.kernel_specs("lse_log2") == [
+        "flash_attention=mutants.registry:flash_attention_lse_log2",
+        "piecewise_attention=mutants.registry:piecewise_attention_lse_log2"]
+    with pytest.raises(AttributeError, match="expected <op>_<mutant>"):
+        registry.flash_attention_no_such_mutant
+
+
+def _case(**fields) -> Case:
+    base = dict(op="flash_attention", direction="fwd", dtype="fp16", head_dim=32, causal=False,
+                batch=1, heads=2, kv_heads=2, seq_q=64, seq_k=64)
+    return Case(**{**base, **fields})
+
+
+def test_coverage_order_tries_new_trait_pairs_before_repeats_and_cheap_before_dear():
+    cheap = _case()
+    repeat = _case(seq_q=128, seq_k=128)  # the same traits, four times the work
+    new = _case(causal=True, batch=2, seq_q=128, seq_k=128)
+    assert coverage_order([repeat, new, cheap]) == [cheap, new, repeat]
+    assert coverage_order([new, cheap, repeat]) == [cheap, new, repeat]
+
+
+def test_tier_ladder_climbs_from_smoke():
+    assert tier_ladder("smoke") == ["smoke"]
+    assert tier_ladder("standard") == ["smoke", "standard"]
+    with pytest.raises(ValueError, match="unknown tier"):
+        tier_ladder("huge")
+
+
+def _line(name, verdict, kills=(), reason="", tier=None):
+    return {"kind": "mutant", "case": f"mutant.{name}", "mutant": name, "fault": BY_NAME[name].fault,
+            "verdict": verdict, "status": "-", "reason": reason, "tier": tier, "kills": list(kills),
+            "cases_run": {"smoke": 3}, "backend": "interpreter:cpu", "duration_s": 1.0}
+
+
+KILL = {"case": "flash_attention.fwd[fp16,d32,noncausal,B1,H2,Hkv1,Sq70,Sk100,lse,seed0]",
+        "verdict": "fail", "reason": "lse ratio 2.6e+06 > 2", "tensors": [{"name": "lse", "ratio": 2.65e6}],
+        "reproduce": "python -m conformance run --case ..."}
+
+
+def test_kill_table_renders_every_mutant_from_its_lines(tmp_path):
+    lines = [_line("lse_log2", verdicts.PASS, [KILL], tier="smoke"),
+             _line("piecewise_threshold_inclusive", verdicts.FAIL, reason="survived every case"),
+             _line("gqa_dkdv_race", verdicts.UNSUPPORTED, reason="not reachable on the interpreter: sequential")]
+    writer = MutantsWriter(tmp_path)
+    for line in lines:
+        writer.append(line)
+    writer.close()
+    assert read_mutant_lines(tmp_path) == lines
+    text = markdown({"backend": "interpreter:cpu"}, lines)
+    assert "3 mutants: killed 1, survived 1, not reachable on this backend 1" in text
+    assert f"`{KILL['case']}` (fail: lse 2.65e+06)" in text
+    assert "\\|distance\\| <= threshold" in text  # escaped inside the markdown table
+    assert "not reachable on the interpreter: sequential" in terminal(lines)
+    assert exit_status(lines) == 1 and exit_status([lines[0], lines[2]]) == 0
+
+
+def test_cli_lists_mutants_and_refuses_fixtures_and_unknown_names(capsys):
+    assert main(["--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(mutant.name in listed for mutant in MUTANTS)
+    assert main(["--mutant", "crash"]) == 2
+    assert "robustness fixture" in capsys.readouterr().err
+    assert main(["--mutant", "no_such"]) == 2
+    assert "unknown mutant 'no_such'" in capsys.readouterr().err
+
+
+def test_a_mutant_whose_edit_no_longer_applies_is_reported_broken_not_killed(monkeypatch):
+    stale = Mutant("stale", "fault", (Edit("flash.py", "this line was refactored away", "x"),))
+    monkeypatch.setitem(kill.BY_NAME, "stale", stale)
+    line = kill.hunt("stale", "smoke", "interpreter")
+    assert (line["status"], line["verdict"], line["kills"]) == ("broken", verdicts.ERROR, [])
+    assert "this line was refactored away" in line["reason"]
+    assert exit_status([line]) == 1

@@ -1,0 +1,191 @@
+"""Primitive probes on Triton's CPU interpreter, their results lines, and the
+attribution of failing cases to failed probes ("likely backend fault: ...")."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from conformance import attribution, backends, probe_measures, probes, verdicts
+from conformance.backends import INTERPRETER
+from conformance.results import from_json, to_json
+
+PROFILE = backends.activate()  # the interpreter on CPU: before any probe kernel is imported
+
+
+@pytest.fixture(scope="module")
+def interpreter_lines():
+    if not PROFILE.interpreted:
+        pytest.skip("the interpreter's faults are only measured on the interpreter")
+    return {line["case"]: line for line in probes.run_probes(PROFILE)}
+
+
+def test_the_interpreters_bf16_faults_fail_their_probes(interpreter_lines):
+    dot, cast = interpreter_lines["probe.dot[bf16]"], interpreter_lines["probe.cast[bf16]"]
+    assert dot["verdict"] == cast["verdict"] == verdicts.FAIL
+    assert dot["max_error"] > 1e6 * dot["tolerance"]  # garbage, not rounding
+    assert cast["max_error"] == 1.0 and cast["unit"] == "ulp"  # truncation: one ulp off
+    for line in (dot, cast):  # the kernels' workaround is named, the probe still fails
+        assert line["worked_around"] == "emulate_bf16" and "emulate_bf16" in line["reason"]
+
+
+def test_the_interpreters_bf16_subnormal_upcast_fails_unhandled(interpreter_lines):
+    line = interpreter_lines["probe.upcast[bf16]"]
+    assert line["verdict"] == verdicts.FAIL and line["worked_around"] is None
+    assert "254 of 65280 values differ" in line["reason"]  # exactly the bf16 subnormals
+    assert probes.unhandled_failures(list(interpreter_lines.values())) == [line]
+
+
+@pytest.mark.parametrize("probe_id", ["probe.dot[fp16]", "probe.dot[fp32]", "probe.cast[fp16]",
+                                      "probe.upcast[fp16]", "probe.exp2[fp32]", "probe.row_max[fp32]",
+                                      "probe.row_sum[fp32]", "probe.rand[fp32]", "probe.philox[uint32]",
+                                      "probe.atomic_add[fp32]"])
+def test_sound_primitives_pass(interpreter_lines, probe_id):
+    line = interpreter_lines[probe_id]
+    assert line["verdict"] == verdicts.PASS, line["reason"]
+    assert line["max_error"] <= line["tolerance"]
+
+
+def test_probe_lines_follow_the_results_contract(interpreter_lines):
+    assert list(interpreter_lines) == list(probes.PROBE_IDS)  # every probe, in catalog order
+    for probe_id, line in interpreter_lines.items():
+        assert line["kind"] == "probe" and line["case"] == probe_id == f"probe.{line['probe']}[{line['dtype']}]"
+        assert line["verdict"] in verdicts.VERDICTS and isinstance(line["reason"], str)
+        assert line["backend"] == "interpreter:cpu" and line["duration_s"] >= 0
+        assert {"max_error", "tolerance", "unit", "tolerance_basis", "primitive"} <= set(line)
+        assert f"--probe '{probe_id}'" in line["reproduce"]
+        assert from_json(to_json(line)) == line
+    fp8 = interpreter_lines["probe.dot[fp8e4m3]"]
+    assert fp8["verdict"] == verdicts.UNSUPPORTED and "fp8e4m3 not supported" in fp8["reason"]
+
+
+def test_infinite_errors_survive_the_results_file():
+    line = {"case": "probe.dot[bf16]", "kind": "probe", "max_error": math.inf, "tolerance": 0.0}
+    assert from_json(to_json(line))["max_error"] == math.inf
+
+
+def test_fp8_probes_run_where_the_profile_lists_fp8():
+    if not PROFILE.interpreted:
+        pytest.skip("interpreter only")
+    fp8_profile = dataclasses.replace(PROFILE, dtypes=(*PROFILE.dtypes, "fp8e4m3"))
+    (dot, upcast) = probes.run_probes(fp8_profile, ["probe.dot[fp8e4m3]", "probe.upcast[fp8e4m3]"])
+    assert dot["verdict"] == upcast["verdict"] == verdicts.PASS
+
+
+@pytest.mark.parametrize("name, arch, supported", [("cuda", "sm_80", True), ("hip", "gfx942", True),
+                                                   ("hip", "gfx90a", False), ("interpreter", "cpu", True)])
+def test_tf32_is_probed_where_triton_offers_it(name, arch, supported):
+    profile = dataclasses.replace(INTERPRETER, name=name, arch=arch)
+    (probe,) = probes.select(["probe.dot[tf32]"])
+    assert (probes.unsupported_reason(probe, profile) is None) is supported
+
+
+def test_a_probe_that_raises_is_an_error():
+    def broken(device):
+        raise RuntimeError("no such instruction")
+
+    probe = probes.Probe("dot", "fp16", "fp16 tl.dot", "abs", "test", broken)
+    line = probes.run_probe(probe, PROFILE)
+    assert line["verdict"] == verdicts.ERROR and line["reason"] == "RuntimeError: no such instruction"
+
+
+def test_unknown_probe_ids_are_rejected():
+    with pytest.raises(ValueError, match="unknown probe 'probe.dot\\[fp64\\]'"):
+        probes.select(["probe.dot[fp64]"])
+
+
+def test_ulp_distance_counts_representable_steps():
+    one = torch.tensor([1.0, -1.0, 0.0])
+    after = torch.nextafter(one, torch.tensor(math.inf))
+    assert probe_measures.ulp_distance(after, one) == 1.0
+    assert probe_measures.ulp_distance(torch.tensor([-0.0]), torch.tensor([0.0])) == 0.0
+    two, one = (torch.tensor([value], dtype=torch.bfloat16) for value in (2.0, 1.0))
+    assert probe_measures.ulp_distance(two, one) == 128  # 7 stored significand bits
+
+
+# --- attribution ------------------------------------------------------------------------
+
+def probe_line(probe_id, verdict, worked_around=None):
+    (probe,) = probes.select([probe_id])
+    return {"case": probe_id, "kind": "probe", "primitive": probe.primitive, "verdict": verdict,
+            "worked_around": worked_around}
+
+
+def case_line(dtype="bf16", verdict="fail", rule_verdict=None, dropout=0.0):
+    return {"case": f"flash_attention.fwd[{dtype},...]", "dtype": dtype, "dropout": dropout,
+            "verdict": verdict, "rule_verdict": rule_verdict or verdict}
+
+
+def test_cases_rely_on_their_dtypes_primitives_and_features():
+    assert attribution.relied_probes(case_line("fp32")) == (*attribution.ALWAYS, "probe.dot[fp32]")
+    relied = attribution.relied_probes(case_line("bf16", dropout=0.2))
+    assert {"probe.dot[bf16]", "probe.cast[bf16]", "probe.upcast[bf16]", "probe.philox[uint32]"} <= set(relied)
+    assert "probe.dot[fp16]" not in relied and "probe.atomic_add[fp32]" not in relied
+    every_relied = {probe_id for ids in attribution.BY_DTYPE.values() for probe_id in ids}
+    every_relied |= {*attribution.ALWAYS, *attribution.BY_FEATURE["dropout"]}
+    assert every_relied <= set(probes.PROBE_IDS)  # the map names real probes only
+
+
+@pytest.mark.parametrize("verdict, rule_verdict, attributed", [
+    ("fail", None, True), ("nonfinite", None, True), ("error", None, True),
+    ("xfail", "fail", True), ("pass", None, False), ("xpass", "pass", False), ("unsupported", None, False)])
+def test_only_failing_cases_are_attributed(verdict, rule_verdict, attributed):
+    line = case_line("bf16", verdict, rule_verdict)
+    fault = attribution.backend_fault(line, [probe_line("probe.dot[bf16]", "fail")])
+    assert (fault == "likely backend fault: bf16 tl.dot") is attributed and (fault is None) is not attributed
+
+
+def test_attribution_names_every_failed_primitive_and_any_workaround():
+    probe_lines = [probe_line("probe.dot[bf16]", "fail", "emulate_bf16"), probe_line("probe.exp2[fp32]", "error"),
+                   probe_line("probe.cast[bf16]", "pass"), probe_line("probe.dot[fp16]", "fail")]
+    assert attribution.backend_fault(case_line("bf16"), probe_lines) == (
+        "likely backend fault: tl.math.exp2, bf16 tl.dot (worked around here: emulate_bf16)")
+    assert attribution.backend_fault(case_line("fp32"), probe_lines) == "likely backend fault: tl.math.exp2"
+    annotated = attribution.with_backend_fault(case_line("fp16"), probe_lines[3:])
+    assert annotated["backend_fault"] == "likely backend fault: fp16 tl.dot"
+    assert "backend_fault" not in attribution.with_backend_fault(case_line("fp16", "pass"), probe_lines)
+    assert attribution.with_backend_fault(probe_lines[0], probe_lines) == probe_lines[0]  # probes are not cases
+
+
+def test_a_run_writes_probes_first_and_attributes_failing_cases(tmp_path, monkeypatch):
+    """End to end on the interpreter: a wrong kernel fails an fp16 and a bf16 case; only
+    the bf16 one relies on the interpreter's failing bf16 probes. Probes do not decide
+    the exit code (the failing cases do)."""
+    if not PROFILE.interpreted:
+        pytest.skip("interpreter only")
+    from conformance.cli import main
+    from conformance.results import read_results
+
+    monkeypatch.setattr(backends, "_active", backends._active)
+    fp16 = "flash_attention.fwd[fp16,d16,causal,B1,H2,Hkv1,Sq9,Sk17,seed0]"
+    bf16 = fp16.replace("fp16", "bf16")
+    argv = ["run", "--out", str(tmp_path), "--kernel", "flash_attention=tests.fake_kernels:scale_off",
+            "--case", fp16, "--case", bf16]
+    assert main(argv) == 1
+    lines = read_results(tmp_path)
+    kinds = [line.get("kind", "case") for line in lines]
+    assert kinds == ["probe"] * len(probes.PROBES) + ["case", "case"]
+    by_id = {line["case"]: line for line in lines}
+    assert by_id[fp16]["verdict"] == by_id[bf16]["verdict"] == verdicts.FAIL
+    assert "backend_fault" not in by_id[fp16]
+    assert by_id[bf16]["backend_fault"] == (
+        "likely backend fault: bf16 tl.dot (worked around here: emulate_bf16), "
+        "fp32->bf16 cast (worked around here: emulate_bf16), bf16->fp32 cast")
+
+
+def test_probes_command_exits_1_only_for_failures_the_profile_does_not_work_around(tmp_path, capsys, monkeypatch):
+    if not PROFILE.interpreted:
+        pytest.skip("interpreter only")
+    from conformance.cli import main
+    from conformance.results import read_env, read_results
+
+    monkeypatch.setattr(backends, "_active", backends._active)
+    assert main(["probes", "--probe", "probe.dot[bf16]", "--probe", "probe.dot[fp16]", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "Primitive probes on interpreter:cpu" in printed and "probe.dot[bf16] tolerance: exact products" in printed
+    assert [line["case"] for line in read_results(tmp_path)] == ["probe.dot[fp16]", "probe.dot[bf16]"]  # catalog order
+    assert read_env(tmp_path)["tier"] == "probes"
+    assert main(["probes", "--probe", "probe.upcast[bf16]"]) == 1  # no workaround for bf16 subnormals
+    assert main(["probes", "--probe", "probe.dot[fp64]"]) == 2
+    assert "unknown probe 'probe.dot[fp64]'" in capsys.readouterr().err

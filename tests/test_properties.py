@@ -1,0 +1,152 @@
+"""Property-based search (hypothesis) over cases and input value distributions.
+
+The property: the bundled kernels pass the rule on any valid case, under any of
+the value distributions. The profile comes from FA_HYPOTHESIS_PROFILE: `ci` (the
+default; derandomized, a few small examples, part of `nox -s tests`) or `nightly`:
+
+    FA_HYPOTHESIS_PROFILE=nightly python -m pytest -p no:cacheprovider tests/test_properties.py
+
+A failing example is shrunk to a minimal case and printed with its reproducer.
+"""
+
+import pytest
+import torch
+from hypothesis import event, given, settings
+
+from conformance import backends, strategies
+from conformance.catalog import Case
+from conformance.distributions import Distribution
+from conformance.implementations import Implementations
+from conformance.inputs import TORCH_DTYPES, make_inputs
+from conformance.runner import run_case
+
+ACCEPTED = ("pass", "unsupported")
+BUNDLED = Implementations()
+SIZES = strategies.profile_sizes()
+FINDINGS = "reports/flake-cpu/findings.md"
+
+
+def judged(case: Case, distribution=None, implementations: Implementations = BUNDLED) -> dict:
+    return run_case(case, backends.active_profile(), implementations, distribution=distribution)
+
+
+def _failed(line: dict) -> dict:
+    return {tensor["name"]: tensor for tensor in line["tensors"] if not tensor["passed"]}
+
+
+def documented_rule_limit(case: Case, line: dict) -> str | None:
+    """Which finding of FINDINGS a failing line is an instance of, or None.
+
+    These are places where the rule's bound is too tight for a correct kernel (measured
+    and explained there, left to the rule's owner); the product still reports them as
+    `fail`. Only the exact pattern of each finding is recognised here."""
+    failed = _failed(line)
+    if line["verdict"] != "fail" or not failed:
+        return None
+    if case.dtype == "fp32" and case.direction == "bwd" and case.seq_k == 1 and set(failed) <= {"dq", "dk"}:
+        return "B, fp32 one-key cancellation"  # dq = dk = 0 exactly; both paths return fp32 noise
+    fp32_results = all(name in ("lse", "total") or case.dtype == "fp32" for name in failed)
+    if fp32_results and all(tensor["kernel_err"] <= 8 * tensor["floor"] for tensor in failed.values()):
+        return "A, fp32 result within 4 ulps"  # ulp-level rounding, of which torch's is one draw
+    return None
+
+
+def assert_rule_holds(case: Case, line: dict) -> None:
+    if line["verdict"] in ACCEPTED:
+        return
+    limit = documented_rule_limit(case, line)
+    if limit is None:
+        raise AssertionError(strategies.reproducer(line))
+    event(f"documented rule limitation ({FINDINGS}): {limit}")
+
+
+@strategies.profile_settings()
+@given(strategies.cases_with_distributions(**SIZES))
+def test_the_bundled_kernels_pass_on_any_case(example):
+    case, distribution = example
+    assert_rule_holds(case, judged(case, distribution))
+
+
+@strategies.profile_settings()
+@given(strategies.masked_row_cases(ops=("flash_attention",), **SIZES))
+def test_rows_that_see_no_key_pass(case):
+    assert case.causal and case.seq_q > case.seq_k
+    assert_rule_holds(case, judged(case))
+
+
+def test_a_wrong_kernel_is_found_and_shrunk_to_a_minimal_reproducer():
+    """A causal mask aligned top-left instead of bottom-right is wrong only when Sq != Sk;
+    the search must find that and shrink it to one query and two keys (or the reverse)."""
+    wrong = Implementations.from_specs(["flash_attention=tests.fake_kernels:causal_top_left"])
+
+    @settings(derandomize=True, database=None, deadline=None, max_examples=200)
+    @given(strategies.cases(ops=("flash_attention",), directions=("fwd",), dtypes=("fp32",), head_dims=(16,),
+                            max_seq=32, extras=False))
+    def wrong_kernel_passes(case):
+        line = judged(case, implementations=wrong)
+        assert line["verdict"] in ACCEPTED, strategies.reproducer(line)
+
+    with pytest.raises(AssertionError) as failure:
+        wrong_kernel_passes()
+    report = str(failure.value)
+    shrunk = Case.from_id(report.splitlines()[0].removeprefix("case: "))
+    assert shrunk.causal and sorted((shrunk.seq_q, shrunk.seq_k)) == [1, 2]
+    assert (shrunk.batch, shrunk.heads, shrunk.kv_heads, shrunk.seed) == (1, 1, 1, 0)
+    assert "verdict: fail: out ratio" in report
+    assert f"reproduce: python -m conformance run --case '{shrunk.id}' " \
+           "--kernel flash_attention=tests.fake_kernels:causal_top_left" in report
+
+
+@pytest.mark.parametrize("dtype", strategies.DTYPES)
+@pytest.mark.parametrize("kind", sorted(strategies.PARAMETER_EXPONENTS))
+def test_the_largest_parameters_keep_inputs_finite(kind, dtype):
+    """At each distribution's bounds the inputs (and the fp32 scores of large logits) stay finite."""
+    case = Case("flash_attention", "bwd", dtype, 256, False, 1, 2, 2, 64, 64)
+    for exponent in strategies.PARAMETER_EXPONENTS[kind][dtype]:
+        made = make_inputs(case, "cpu", distribution=Distribution(kind, 2.0**exponent))
+        tensors = [*made.detached().values(), made.do]
+        assert all(torch.isfinite(t).all() for t in tensors)
+        scores = made.q.detach().float() @ made.k.detach().float().transpose(-1, -2)
+        assert torch.isfinite(scores).all() and scores.dtype == torch.float32
+        assert all(t.dtype == TORCH_DTYPES[dtype] for t in tensors)
+
+
+def test_masked_row_cases_always_have_empty_rows():
+    @settings(derandomize=True, database=None, max_examples=50)
+    @given(strategies.masked_row_cases(max_seq=8))
+    def check(case):
+        assert case.causal and case.seq_q > case.seq_k
+
+    check()
+
+
+def test_packed_inputs_keep_the_operator_order():
+    """Found by the search: packing piecewise inputs by sequence length (q1, q2 | k1, k2, v)
+    reordered them, so the gradients of a Sq != Sk case were matched to the wrong inputs."""
+    kinds = {"q1": "q", "k1": "kv", "q2": "q", "k2": "kv", "v": "kv"}
+    case = Case("piecewise_attention", "bwd", "fp16", 16, True, 2, 4, 1, 74, 29, layout="packed", dist=0)
+    assert list(make_inputs(case, "cpu", kinds).tensors) == list(kinds)
+
+
+def _failing(case_id: str, **errors) -> tuple[Case, dict]:
+    """A case and a `fail` line whose named tensors failed with (kernel_err, floor)."""
+    tensors = [{"name": name, "kernel_err": err, "floor": floor, "passed": False}
+               for name, (err, floor) in errors.items()]
+    return Case.from_id(case_id), {"verdict": "fail", "tensors": tensors}
+
+
+@pytest.mark.parametrize("case_id, errors, finding", [
+    ("flash_attention.bwd[fp32,d64,noncausal,B1,H2,Hkv2,Sq50,Sk1,seed3]", {"dq": (1.4e-6, 1.8e-8)}, "B"),
+    ("flash_attention.bwd[fp16,d64,noncausal,B1,H2,Hkv2,Sq50,Sk1,seed3]", {"dq": (1.4e-3, 1.5e-4)}, None),
+    ("flash_attention.bwd[fp32,d64,noncausal,B1,H2,Hkv2,Sq50,Sk2,seed3]", {"dq": (1.4e-6, 1.8e-8)}, None),
+    ("flash_attention.bwd[fp32,d64,noncausal,B1,H2,Hkv2,Sq50,Sk1,seed3]", {"dv": (1.4e-6, 1.8e-8)}, None),
+    ("flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq130,Sk61,lse,seed8]", {"lse": (8.1e-7, 3.3e-7)}, "A"),
+    ("flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq130,Sk61,lse,seed8]", {"lse": (3e-6, 3.3e-7)}, None),
+    ("flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq130,Sk61,lse,seed8]",
+     {"out": (1e-3, 1e-4), "lse": (8.1e-7, 3.3e-7)}, None),
+    ("flash_attention.fwd[fp32,d16,causal,B1,H3,Hkv3,Sq34,Sk7,seed7]", {"out": (5.8e-7, 2e-7)}, "A"),
+    ("flash_attention.fwd[fp32,d16,causal,B1,H3,Hkv3,Sq34,Sk7,seed7]", {"out": (5.8e-6, 2e-7)}, None),
+])
+def test_only_the_documented_patterns_count_as_rule_limits(case_id, errors, finding):
+    limit = documented_rule_limit(*_failing(case_id, **errors))
+    assert (limit and limit[0]) == finding
