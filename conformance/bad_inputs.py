@@ -41,14 +41,16 @@ def replaced(case: Case, tensors: dict, value: float) -> dict:
     return {first: cloned, **{name: tensors[name].detach() for name in rest}}
 
 
-def regions(clean: dict, probe: dict) -> dict:
+def regions(case: Case, clean: dict, probe: dict) -> dict:
     """Per tensor name, the BadInputRegion from the reference results of the two finite
-    variants: reached = where they differ, own_slice = batch 0, head 0 (the planted
-    element's slice; for k-like tensors kv head 0, which serves query head 0)."""
+    variants: reached = where they differ, own_slice = the planted element's (batch,
+    head) slice -- for k-like tensors the kv head serving that query head."""
+    batch, head = bad_input_position(case)[:2]
     result = {}
     for name, clean_tensor in clean.items():
         reached = clean_tensor != probe[name]
+        heads = clean_tensor.shape[1]
         own_slice = torch.zeros_like(reached)
-        own_slice[0, 0] = True
+        own_slice[batch, head * heads // case.heads] = True
         result[name] = BadInputRegion(reached, own_slice)
     return result

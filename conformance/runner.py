@@ -23,12 +23,12 @@ import torch
 from reference import MATCHED, REFERENCE
 
 from conformance import bad_inputs, determinism, known_issues, verdicts
-from conformance.catalog import FP8_DTYPES, Case
+from conformance.catalog import Case
 from conformance.distributions import Distribution
 from conformance.dropout import dropout_replay
 from conformance.environment import triton_version
 from conformance.implementations import Implementations, reproduce_command
-from conformance.inputs import DTYPE_NAMES, Inputs, make_inputs
+from conformance.inputs import DTYPE_NAMES, TORCH_DTYPES, Inputs, make_inputs
 from conformance.operators import OPERATORS, Operator
 from conformance.rule import BOUND, compare_tensor
 
@@ -151,7 +151,7 @@ def _torch_paths(case: Case, op: Operator, inputs: Inputs, replay) -> tuple[dict
     if case.bad_input is not None:
         tensors = bad_inputs.replaced(case, inputs.tensors, bad_inputs.CLEAN_VALUE)
         probe = bad_inputs.replaced(case, inputs.tensors, bad_inputs.PROBE_VALUE)
-        regions = bad_inputs.regions(op.torch_path(case, tensors, inputs.do, REFERENCE, dropout),
+        regions = bad_inputs.regions(case, op.torch_path(case, tensors, inputs.do, REFERENCE, dropout),
                                      op.torch_path(case, probe, inputs.do, REFERENCE, dropout))
     reference = op.torch_path(case, tensors, inputs.do, REFERENCE, dropout)
     if replay is not None:
@@ -181,10 +181,11 @@ def _run_kernel(case: Case, op: Operator, inputs: Inputs, function, implementati
 
 def _expected_dtype(case: Case, name: str) -> str:
     """The dtype a tensor must come back in (and whose rounding the rule's floor allows):
-    lse and total are fp32 statistics; fp8 forwards write an fp16 output."""
+    lse and total are fp32 statistics; the rest are what the same-precision torch path
+    returns for the case's inputs (the input dtype; fp16 for fp8 inputs)."""
     if name in ("lse", "total"):
         return "fp32"
-    return "fp16" if case.dtype in FP8_DTYPES else case.dtype
+    return DTYPE_NAMES[MATCHED.output_dtype_for(TORCH_DTYPES[case.dtype])]
 
 
 def _contract_problem(case: Case, kernel: dict, reference: dict) -> str | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import numbers
 import re
 
 import torch
@@ -24,6 +23,7 @@ from kernels.flash_backward import delta_kernel
 from kernels.launch import launch, launch_kwargs, padded_head_dim
 from kernels.piecewise_backward import piecewise_dkdv_kernel, piecewise_dq_kernel
 from kernels.piecewise_forward import piecewise_forward_kernel
+from reference.validation import check_dist_threshold
 from kernels.validation import (
     check_attention_shapes,
     check_device,
@@ -122,15 +122,6 @@ def _named_for_piecewise():
     except (TypeError, ValueError) as err:
         message = re.sub(r"\b(q|k|sm_scale)\b", lambda m: _FLASH_NAMES[m.group(1)], str(err))
         raise type(err)(message) from None
-
-
-def check_dist_threshold(dist_threshold) -> int:
-    if isinstance(dist_threshold, bool) or not isinstance(dist_threshold, numbers.Integral):
-        raise TypeError(f"dist_threshold: expected a non-negative int, got "
-                        f"{type(dist_threshold).__name__}")
-    if dist_threshold < 0:
-        raise ValueError(f"dist_threshold: expected a non-negative int, got {dist_threshold}")
-    return int(dist_threshold)
 
 
 def _validate(tensors: dict, dist_threshold, softmax_scale, causal) -> tuple[int, float]:

@@ -13,7 +13,6 @@ fp32-accumulated products, as the kernel does; selection is exact, so this adds 
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -23,7 +22,7 @@ from .blocks import BlockSetup, grouped, probabilities, softmax_values, units
 from .chunking import DEFAULT_MAX_CHUNK_BYTES, plan_chunks, spans
 from .precision import REFERENCE, Precision
 from .tf32 import ieee_fp32_matmul
-from .validation import check_backward_args, check_options, check_qkv
+from .validation import check_backward_args, check_dist_threshold, check_options, check_qkv
 
 Tensor = torch.Tensor
 
@@ -33,15 +32,6 @@ class _Setup(BlockSetup):
     """A block setup with the near/far distance threshold."""
 
     threshold: int = 0
-
-
-def check_dist_threshold(dist_threshold) -> int:
-    if isinstance(dist_threshold, bool) or not isinstance(dist_threshold, numbers.Integral):
-        raise TypeError(f"dist_threshold must be a non-negative int, got "
-                        f"{type(dist_threshold).__name__}")
-    if dist_threshold < 0:
-        raise ValueError(f"dist_threshold must be a non-negative int, got {dist_threshold}")
-    return int(dist_threshold)
 
 
 def _check_pair(name: str, x: Tensor, like_name: str, like: Tensor) -> None:

@@ -125,3 +125,14 @@ def check_dropout(dropout: object) -> None:
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout.p must be in [0, 1), got {p!r}")
 
+
+
+def check_dist_threshold(dist_threshold) -> int:
+    """piecewise_attention's near/far distance threshold: a non-negative int (shared
+    by the reference and the bundled operator, so both say the same about it)."""
+    if isinstance(dist_threshold, bool) or not isinstance(dist_threshold, numbers.Integral):
+        raise TypeError(f"dist_threshold: expected a non-negative int, got "
+                        f"{type(dist_threshold).__name__}")
+    if dist_threshold < 0:
+        raise ValueError(f"dist_threshold: expected a non-negative int, got {dist_threshold}")
+    return int(dist_threshold)

@@ -64,7 +64,7 @@ def test_dependence_is_measured_with_finite_stand_ins():
     results = [dict(zip(("out", "lse", "total"), attention_forward(
         *bad_inputs.replaced(case, inputs.tensors, value).values(), causal=True, precision=REFERENCE,
         return_total=True))) for value in (bad_inputs.CLEAN_VALUE, bad_inputs.PROBE_VALUE)]
-    regions = bad_inputs.regions(*results)
+    regions = bad_inputs.regions(case, *results)
     row = bad_input_position(case)[2]
     assert regions["out"].reached[0, 0].any(dim=-1).tolist() == [i == row for i in range(8)]
     assert not regions["out"].reached[0, 1].any(), "the other head never sees the bad value"

@@ -287,8 +287,8 @@ def test_cpu_tensors_on_a_gpu_backend(monkeypatch):
 
 
 @pytest.mark.parametrize("mutate, error, match", [
-    (lambda a, t: (a, -2), ValueError, r"dist_threshold must be a non-negative int, got -2"),
-    (lambda a, t: (a, 1.5), TypeError, r"dist_threshold must be a non-negative int, got float"),
+    (lambda a, t: (a, -2), ValueError, r"dist_threshold: expected a non-negative int, got -2"),
+    (lambda a, t: (a, 1.5), TypeError, r"dist_threshold: expected a non-negative int, got float"),
     (lambda a, t: ((a[0], a[1], a[2][:, :1], *a[3:]), t), ValueError, r"q2 shape .* does not match q1"),
     (lambda a, t: ((*a[:3], a[3].float(), a[4]), t), ValueError, r"k2 dtype .* does not match k1"),
 ])
