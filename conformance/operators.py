@@ -28,6 +28,9 @@ class Operator:
     call:     (implementation, case, inputs by name) -> whatever it returns
     outputs:  (case, that return value) -> {tensor name: tensor} for forward cases
     torch_path: the reference / same-precision tensors of a case (forward outputs or gradients)
+    term_sizes: (case, detached inputs) -> {tensor name: size of the terms it is computed
+              from}, for tensors whose fp32 rounding is set by terms larger than the result
+              itself (see `conformance.rule.floor`); tensors not named use their own size
     """
 
     name: str
@@ -35,6 +38,7 @@ class Operator:
     call: Callable
     outputs: Callable
     torch_path: TorchPath
+    term_sizes: Callable[[Case, dict], dict] = lambda case, inputs: {}
 
     def gradient_names(self) -> list[str]:
         return [f"d{name}" for name in self.inputs]
@@ -90,12 +94,31 @@ def _flash_torch_path(case: Case, inputs: dict, do, precision, dropout) -> dict:
     return {"dq": dq, "dk": dk, "dv": dv}
 
 
+def score_size(q: torch.Tensor, k: torch.Tensor) -> float:
+    """scale * max_i |q_i| * max_j |k_j| (2-norms over the head dim, scale = D^-1/2): by
+    Cauchy-Schwarz at least every |scaled score| and every scaled sum of |q_d * k_d|,
+    i.e. the size at which fp32 rounds the score dot products. Non-finite rows are
+    ignored (NaN/Inf cases measure the clean stand-ins anyway)."""
+    def largest_norm(x: torch.Tensor) -> float:
+        norms = x.detach().to(torch.float64).norm(dim=-1)
+        norms = norms[torch.isfinite(norms)]
+        return float(norms.max()) if norms.numel() else 0.0
+    return q.shape[-1] ** -0.5 * largest_norm(q) * largest_norm(k)
+
+
+def _flash_term_sizes(case: Case, inputs: dict) -> dict:
+    """lse and total are built from exp(scaled score): they carry the scores' rounding."""
+    scores = score_size(inputs["q"], inputs["k"])
+    return {"lse": scores, "total": scores}
+
+
 FLASH_ATTENTION = Operator(
     name="flash_attention",
     inputs={"q": "q", "k": "kv", "v": "kv"},
     call=_flash_call,
     outputs=_flash_outputs,
     torch_path=_flash_torch_path,
+    term_sizes=_flash_term_sizes,
 )
 
 

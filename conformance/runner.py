@@ -124,12 +124,12 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
         return {"rule_verdict": verdicts.ERROR, **error_fields(failure.__cause__ or failure)}
     except TypeError as exc:  # no way to replay its dropout mask
         return {"rule_verdict": verdicts.ERROR, **error_fields(exc)}
-    reference, matched, bad_input_regions = _torch_paths(case, op, inputs, replay)
+    reference, matched, bad_input_regions, term_sizes = _torch_paths(case, op, inputs, replay)
     contract_problem = _contract_problem(case, kernel, reference)
     if contract_problem:
         return {"rule_verdict": verdicts.ERROR, "reason": f"output contract: {contract_problem}"}
     tensors = [compare_tensor(name, kernel[name], matched[name], reference[name], _expected_dtype(case, name),
-                              bad_input=bad_input_regions.get(name))
+                              bad_input=bad_input_regions.get(name), term_size=term_sizes.get(name, 0.0))
                for name in reference]
     verdict, reason = _rule_verdict(tensors)
     extra = {"dropout_keep_rate": replay.keep_rate()} if replay is not None else {}
@@ -142,10 +142,11 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
             "worst_ratio": worst_ratio(tensors), **extra}
 
 
-def _torch_paths(case: Case, op: Operator, inputs: Inputs, replay) -> tuple[dict, dict, dict]:
-    """The fp32 reference's and the same-precision torch path's tensors, by name, and
-    for a bad-input case the region of each tensor the bad value must reach (computed
-    from finite stand-ins for it: conformance.bad_inputs)."""
+def _torch_paths(case: Case, op: Operator, inputs: Inputs, replay) -> tuple[dict, dict, dict, dict]:
+    """The fp32 reference's and the same-precision torch path's tensors, by name; for a
+    bad-input case the region of each tensor the bad value must reach (computed from
+    finite stand-ins for it: conformance.bad_inputs); and the operator's term sizes
+    (for the rule's floor) of the inputs the reference saw."""
     dropout = replay.as_reference() if replay is not None else None
     tensors, regions = inputs.detached(), {}
     if case.bad_input is not None:
@@ -156,7 +157,8 @@ def _torch_paths(case: Case, op: Operator, inputs: Inputs, replay) -> tuple[dict
     reference = op.torch_path(case, tensors, inputs.do, REFERENCE, dropout)
     if replay is not None:
         replay.counting = False  # the keep rate is counted over one precision's passes
-    return reference, op.torch_path(case, tensors, inputs.do, MATCHED, dropout), regions
+    matched = op.torch_path(case, tensors, inputs.do, MATCHED, dropout)
+    return reference, matched, regions, op.term_sizes(case, tensors)
 
 
 def _run_kernel(case: Case, op: Operator, inputs: Inputs, function, implementations: Implementations,

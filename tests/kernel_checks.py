@@ -12,6 +12,7 @@ import torch
 
 import kernels
 from conformance.backends import active_profile
+from conformance.operators import FLASH_ATTENTION
 from conformance.rule import compare_tensor
 from reference import MATCHED, REFERENCE, Dropout, attention_backward, attention_forward
 
@@ -61,8 +62,9 @@ def judge_kernel(q, k, v, do, causal, p=0.0, seed=0, total=False) -> dict:
     ref = reference_tensors(q, k, v, do, causal, REFERENCE, dropout, total)
     matched = reference_tensors(q, k, v, do, causal, MATCHED, dropout, total)
     dtype = DTYPE_NAMES[q.dtype]
+    term_sizes = FLASH_ATTENTION.term_sizes(None, {"q": q, "k": k, "v": v})
     return {name: compare_tensor(name, kernel[name], matched[name], ref[name],
-                                 "fp32" if name in ("lse", "total") else dtype)
+                                 "fp32" if name in ("lse", "total") else dtype, term_size=term_sizes.get(name, 0.0))
             for name in ref}
 
 

@@ -37,17 +37,14 @@ def _failed(line: dict) -> dict:
 def documented_rule_limit(case: Case, line: dict) -> str | None:
     """Which finding of FINDINGS a failing line is an instance of, or None.
 
-    These are places where the rule's bound is too tight for a correct kernel (measured
-    and explained there, left to the rule's owner); the product still reports them as
-    `fail`. Only the exact pattern of each finding is recognised here."""
+    The one place where the rule's bound is too tight for a correct kernel (finding B:
+    measured and explained there, and in conformance.rule); the product still reports
+    it as `fail`, and no catalog case is of its kind. Only its exact pattern counts."""
     failed = _failed(line)
     if line["verdict"] != "fail" or not failed:
         return None
     if case.dtype == "fp32" and case.direction == "bwd" and case.seq_k == 1 and set(failed) <= {"dq", "dk"}:
         return "B, fp32 one-key cancellation"  # dq = dk = 0 exactly; both paths return fp32 noise
-    fp32_results = all(name in ("lse", "total") or case.dtype == "fp32" for name in failed)
-    if fp32_results and all(tensor["kernel_err"] <= 8 * tensor["floor"] for tensor in failed.values()):
-        return "A, fp32 result within 4 ulps"  # ulp-level rounding, of which torch's is one draw
     return None
 
 
@@ -140,13 +137,21 @@ def _failing(case_id: str, **errors) -> tuple[Case, dict]:
     ("flash_attention.bwd[fp16,d64,noncausal,B1,H2,Hkv2,Sq50,Sk1,seed3]", {"dq": (1.4e-3, 1.5e-4)}, None),
     ("flash_attention.bwd[fp32,d64,noncausal,B1,H2,Hkv2,Sq50,Sk2,seed3]", {"dq": (1.4e-6, 1.8e-8)}, None),
     ("flash_attention.bwd[fp32,d64,noncausal,B1,H2,Hkv2,Sq50,Sk1,seed3]", {"dv": (1.4e-6, 1.8e-8)}, None),
-    ("flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq130,Sk61,lse,seed8]", {"lse": (8.1e-7, 3.3e-7)}, "A"),
-    ("flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq130,Sk61,lse,seed8]", {"lse": (3e-6, 3.3e-7)}, None),
-    ("flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq130,Sk61,lse,seed8]",
-     {"out": (1e-3, 1e-4), "lse": (8.1e-7, 3.3e-7)}, None),
-    ("flash_attention.fwd[fp32,d16,causal,B1,H3,Hkv3,Sq34,Sk7,seed7]", {"out": (5.8e-7, 2e-7)}, "A"),
-    ("flash_attention.fwd[fp32,d16,causal,B1,H3,Hkv3,Sq34,Sk7,seed7]", {"out": (5.8e-6, 2e-7)}, None),
+    ("flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq130,Sk61,lse,seed8]", {"lse": (8.1e-7, 3.3e-7)}, None),
+    ("flash_attention.fwd[fp32,d16,causal,B1,H3,Hkv3,Sq34,Sk7,seed7]", {"out": (5.8e-7, 2e-7)}, None),
 ])
 def test_only_the_documented_patterns_count_as_rule_limits(case_id, errors, finding):
     limit = documented_rule_limit(*_failing(case_id, **errors))
     assert (limit and limit[0]) == finding
+
+
+@pytest.mark.parametrize("case_id, distribution", [
+    ("flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq130,Sk61,lse,seed8]", None),  # flake run, lse 2.03
+    ("flash_attention.fwd[fp32,d16,causal,B1,H3,Hkv3,Sq34,Sk7,lse,dropout0.5,seed146]", None),  # out 2.38
+    ("flash_attention.bwd[fp32,d16,causal,B1,H2,Hkv1,Sq2,Sk1,dropout0.1,seed42]", None),  # dq 3.70
+])
+def test_the_former_false_alarms_of_finding_a_pass(case_id, distribution):
+    """Finding A (fp32 results at the ulp level) was closed by the floor's fp32 term
+    (conformance.rule): the cases that raised it pass now, on the interpreter."""
+    line = judged(Case.from_id(case_id), distribution)
+    assert line["verdict"] == "pass", strategies.reproducer(line)

@@ -10,6 +10,8 @@ from conformance import known_issues, verdicts
 from conformance.backends import INTERPRETER, cuda_profile
 from conformance.catalog import Case
 from conformance.implementations import Implementations
+from conformance.inputs import make_inputs
+from conformance.operators import OPERATORS, score_size
 from conformance.rule import BOUND, compare_tensor, floor, judge, max_abs_error, nonfinite_mismatch
 from conformance.runner import run_case
 
@@ -55,14 +57,21 @@ def test_nonfinite_mismatch_counts_only_where_reference_is_finite():
 # --- floor ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype_name, roundoff", [("fp16", 2**-11), ("bf16", 2**-8), ("fp32", 2**-24)])
-def test_floor_is_unit_roundoff_times_largest_finite_magnitude(dtype_name, roundoff):
+def test_floor_is_the_final_rounding_plus_one_fp32_rounding_at_the_largest_finite_magnitude(dtype_name, roundoff):
     ref = torch.tensor([-INF, 0.5, -4.0, 3.0], dtype=torch.float64)
-    assert floor(dtype_name, ref) == roundoff * 4.0
+    assert floor(dtype_name, ref) == roundoff * 4.0 + 2**-24 * 4.0
+
+
+def test_floor_counts_the_fp32_rounding_at_the_declared_term_size_when_larger():
+    ref = torch.tensor([1.0, -4.0], dtype=torch.float64)
+    assert floor("fp32", ref, term_size=10.0) == 2**-24 * (4.0 + 10.0)
+    assert floor("fp32", ref, term_size=2.0) == floor("fp32", ref) == 2**-24 * 8.0
+    assert floor("fp16", ref, term_size=10.0) == 2**-11 * 4.0 + 2**-24 * 10.0
 
 
 def test_floor_of_an_infinite_reference_is_zero_and_of_a_zero_one_cancellation_noise():
     assert floor("fp16", torch.full((3,), -INF, dtype=torch.float64)) == 0.0
-    assert floor("fp16", torch.zeros(3, dtype=torch.float64)) == 2**-11 * 0.3  # cancellation noise
+    assert floor("fp16", torch.zeros(3, dtype=torch.float64)) == (2**-11 + 2**-24) * 0.3  # cancellation noise
 
 
 def test_floor_admits_one_rounding_of_the_output_but_not_more():
@@ -73,6 +82,17 @@ def test_floor_admits_one_rounding_of_the_output_but_not_more():
     assert passed and ratio <= 1.0
     ratio, passed = judge(max_abs_error((ref * 1.01).to(torch.float16), ref), 0.0, floor("fp16", ref))
     assert not passed and ratio > 10
+
+
+def test_an_fp32_result_within_two_roundings_passes_and_an_fp16_sized_slip_does_not():
+    """The fp32 floor (final rounding + one accumulator rounding) admits the few roundings a
+    correct fp32 computation carries, even against an exact torch path; an error of 2^-10
+    relative -- an fp16-sized slip, e.g. an fp16 accumulator -- is far outside it."""
+    ref = torch.linspace(-3, 3, 1001, dtype=torch.float64)
+    twice_rounded = ref.to(torch.float32) * (1 + 2**-23)
+    assert judge(max_abs_error(twice_rounded, ref), 0.0, floor("fp32", ref)).passed
+    slipped = (ref * (1 + 2**-10)).to(torch.float32)
+    assert judge(max_abs_error(slipped, ref), 0.0, floor("fp32", ref)).ratio > 100
 
 
 # --- judge --------------------------------------------------------------------------
@@ -113,7 +133,7 @@ def test_compare_tensor_records_all_numbers():
     kernel = torch.tensor([[1.0, -2.0 - 2**-9]])
     torch_path = torch.tensor([[1.0 + 2**-10, -2.0]])
     record = compare_tensor("out", kernel, torch_path, ref, "fp32")
-    assert record == {"name": "out", "kernel_err": 2**-9, "torch_err": 2**-10, "floor": 2.0 * 2**-24,
+    assert record == {"name": "out", "kernel_err": 2**-9, "torch_err": 2**-10, "floor": 4.0 * 2**-24,
                       "ratio": 2.0, "nonfinite": 0, "passed": True}
 
 
@@ -273,3 +293,31 @@ def test_runner_applies_known_issues(tmp_path, fake, verdict):
     assert line["verdict"] == verdict
     assert line["known_issue"]["id"] == "demo"
     assert line["rule_verdict"] == (verdicts.PASS if fake == "exact" else verdicts.FAIL)
+
+
+# --- term sizes (conformance.operators) ---------------------------------------------
+
+@pytest.mark.parametrize("seed", range(5))
+def test_score_size_bounds_every_scaled_score_and_its_absolute_terms(seed):
+    """The floor of lse and total counts the fp32 rounding of the score dot products; their
+    declared size must be at least scale * sum_d |q_d * k_d| for every query/key pair."""
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, 3, 17, 24, generator=generator) * (seed + 1)
+    k = torch.randn(2, 3, 9, 24, generator=generator)
+    terms = torch.einsum("bhid,bhjd->bhij", q.double().abs(), k.double().abs()) * 24**-0.5
+    assert score_size(q, k) >= float(terms.max())
+    assert score_size(q, k) <= 24**-0.5 * float(q.double().norm(dim=-1).max() * k.double().norm(dim=-1).max()) * 1.000001
+
+
+def test_score_size_ignores_a_planted_non_finite_value():
+    q, k = torch.ones(1, 1, 4, 16), torch.ones(1, 1, 4, 16)
+    q[0, 0, 1, 3] = math.nan
+    assert score_size(q, k) == pytest.approx(16**-0.5 * 4.0 * 4.0)
+
+
+def test_lse_and_total_floors_use_the_score_size():
+    case = Case.from_id("flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq130,Sk61,lse,total,seed0]")
+    inputs = make_inputs(case, "cpu").detached()
+    sizes = OPERATORS["flash_attention"].term_sizes(case, inputs)
+    assert sizes == {"lse": score_size(inputs["q"], inputs["k"]), "total": score_size(inputs["q"], inputs["k"])}
+    assert OPERATORS["piecewise_attention"].term_sizes(case, inputs) == {}
