@@ -48,14 +48,18 @@ def triton_version() -> str | None:
 
 
 def git_revision(root: Path = HARNESS_ROOT) -> dict:
-    """{"revision": sha or None, "dirty": bool or None} of the harness checkout."""
+    """{"revision": sha or None, "dirty": bool or None} of the harness checkout.
+
+    FA_HARNESS_REVISION, when set, is the revision the sender states for a copy of a
+    checkout shipped to a lab machine; it wins, because such a copy may carry no .git
+    or a stale one (the checkout's own view is kept under "checkout")."""
     revision = _run(["git", "rev-parse", "HEAD"], cwd=root)
-    if revision is None and os.environ.get("FA_HARNESS_REVISION"):
-        # A copy of a checkout without .git (e.g. shipped to a lab machine):
-        # the sender states the revision it was taken from.
-        return {"revision": os.environ["FA_HARNESS_REVISION"], "dirty": None, "stated": True}
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root) if revision else None
-    return {"revision": revision, "dirty": None if status is None else bool(status)}
+    checkout = {"revision": revision, "dirty": None if status is None else bool(status)}
+    stated = os.environ.get("FA_HARNESS_REVISION")
+    if stated:
+        return {"revision": stated, "dirty": None, "stated": True, "checkout": checkout}
+    return checkout
 
 
 def _device_facts(profile) -> dict:

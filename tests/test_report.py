@@ -198,3 +198,18 @@ def test_writer_appends_strict_json_lines(tmp_path):
 
 def test_only_numeric_fields_decode_special_strings():
     assert from_json(to_json({"reason": "inf", "ratio": -math.inf})) == {"reason": "inf", "ratio": -math.inf}
+
+
+def test_a_stated_revision_wins_over_a_stale_checkout(monkeypatch):
+    """A copy shipped to a lab machine may carry an old .git: the sender's statement wins,
+    the checkout's own view is kept beside it, and the summary marks it as stated."""
+    from conformance.environment import git_revision
+    from conformance.reporting.summary import format_env_value
+
+    monkeypatch.setenv("FA_HARNESS_REVISION", "b31559c")
+    harness = git_revision()
+    assert harness["revision"] == "b31559c" and harness["stated"] is True
+    assert set(harness["checkout"]) == {"revision", "dirty"}
+    assert format_env_value("harness", harness) == "b31559c (stated)"
+    monkeypatch.delenv("FA_HARNESS_REVISION")
+    assert "stated" not in git_revision()

@@ -46,7 +46,7 @@ def format_error(value) -> str:
 def format_env_value(key: str, value) -> str:
     if key == "harness" and isinstance(value, dict):
         revision = value.get("revision") or "unknown"
-        return f"{revision}{' (dirty)' if value.get('dirty') else ''}"
+        return f"{revision}{' (dirty)' if value.get('dirty') else ' (stated)' if value.get('stated') else ''}"
     if isinstance(value, dict):
         return ", ".join(f"{name}={item}" for name, item in value.items())
     if isinstance(value, list):
