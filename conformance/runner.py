@@ -1,7 +1,7 @@
 """Run one case end to end and return its results line (a JSON-able dict).
 
     catalog entry -> backend profile (supported?) -> seeded inputs -> kernel under
-    test, fp32 reference, same-precision torch path -> errors per tensor ->
+    test, fp32 reference, same-precision torch paths -> errors per tensor ->
     verdict -> known issue? -> one results line
 
 Verdicts are decided in this order: `unsupported` (the profile's reason; nothing
@@ -20,10 +20,11 @@ import time
 import traceback
 
 import torch
-from reference import MATCHED, REFERENCE
+from reference import MATCHED
 
-from conformance import bad_inputs, determinism, known_issues, verdicts
+from conformance import determinism, known_issues, verdicts
 from conformance.catalog import Case
+from conformance.comparison_paths import comparison_paths
 from conformance.distributions import Distribution
 from conformance.dropout import dropout_replay
 from conformance.environment import triton_version
@@ -124,13 +125,13 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
         return {"rule_verdict": verdicts.ERROR, **error_fields(failure.__cause__ or failure)}
     except TypeError as exc:  # no way to replay its dropout mask
         return {"rule_verdict": verdicts.ERROR, **error_fields(exc)}
-    reference, matched, bad_input_regions, term_sizes = _torch_paths(case, op, inputs, replay)
-    contract_problem = _contract_problem(case, kernel, reference)
+    paths = comparison_paths(case, op, inputs, replay)
+    contract_problem = _contract_problem(case, kernel, paths.reference)
     if contract_problem:
         return {"rule_verdict": verdicts.ERROR, "reason": f"output contract: {contract_problem}"}
-    tensors = [compare_tensor(name, kernel[name], matched[name], reference[name], _expected_dtype(case, name),
-                              bad_input=bad_input_regions.get(name), term_size=term_sizes.get(name, 0.0))
-               for name in reference]
+    tensors = [compare_tensor(name, kernel[name], paths.torch_paths[name], ref, _expected_dtype(case, name),
+                              bad_input=paths.bad_input_regions.get(name), term_size=paths.term_sizes.get(name, 0.0))
+               for name, ref in paths.reference.items()]
     verdict, reason = _rule_verdict(tensors)
     extra = {"dropout_keep_rate": replay.keep_rate()} if replay is not None else {}
     if replay is not None and verdict == verdicts.PASS and replay.rate_problem():
@@ -140,25 +141,6 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
         extra["deterministic"] = not differing
     return {"rule_verdict": verdict, "reason": reason, "tensors": tensors,
             "worst_ratio": worst_ratio(tensors), **extra}
-
-
-def _torch_paths(case: Case, op: Operator, inputs: Inputs, replay) -> tuple[dict, dict, dict, dict]:
-    """The fp32 reference's and the same-precision torch path's tensors, by name; for a
-    bad-input case the region of each tensor the bad value must reach (computed from
-    finite stand-ins for it: conformance.bad_inputs); and the operator's term sizes
-    (for the rule's floor) of the inputs the reference saw."""
-    dropout = replay.as_reference() if replay is not None else None
-    tensors, regions = inputs.detached(), {}
-    if case.bad_input is not None:
-        tensors = bad_inputs.replaced(case, inputs.tensors, bad_inputs.CLEAN_VALUE)
-        probe = bad_inputs.replaced(case, inputs.tensors, bad_inputs.PROBE_VALUE)
-        regions = bad_inputs.regions(case, op.torch_path(case, tensors, inputs.do, REFERENCE, dropout),
-                                     op.torch_path(case, probe, inputs.do, REFERENCE, dropout))
-    reference = op.torch_path(case, tensors, inputs.do, REFERENCE, dropout)
-    if replay is not None:
-        replay.counting = False  # the keep rate is counted over one precision's passes
-    matched = op.torch_path(case, tensors, inputs.do, MATCHED, dropout)
-    return reference, matched, regions, op.term_sizes(case, tensors)
 
 
 def _run_kernel(case: Case, op: Operator, inputs: Inputs, function, implementations: Implementations,

@@ -321,3 +321,12 @@ def test_lse_and_total_floors_use_the_score_size():
     sizes = OPERATORS["flash_attention"].term_sizes(case, inputs)
     assert sizes == {"lse": score_size(inputs["q"], inputs["k"]), "total": score_size(inputs["q"], inputs["k"])}
     assert OPERATORS["piecewise_attention"].term_sizes(case, inputs) == {}
+
+
+def test_torch_err_is_the_larger_over_several_torch_paths():
+    ref = torch.tensor([1.0, -2.0], dtype=torch.float64)
+    kernel = torch.tensor([1.0, -2.0 - 2**-9])
+    lucky, unlucky = torch.tensor([1.0, -2.0]), torch.tensor([1.0 + 2**-10, -2.0])
+    record = compare_tensor("out", kernel, (lucky, unlucky), ref, "fp32")
+    assert record["torch_err"] == 2**-10 and record["ratio"] == 2.0
+    assert compare_tensor("out", kernel, lucky, ref, "fp32")["ratio"] > 1000
