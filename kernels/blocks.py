@@ -93,18 +93,25 @@ def narrow(x, dtype: tl.constexpr, EMULATE_BF16: tl.constexpr):
 def mma(a, b, acc, EMULATE_BF16: tl.constexpr):
     """acc + a @ b, accumulated in fp32.
 
-    EMULATE_BF16 works around Triton's CPU interpreter, whose tl.dot is wrong on
-    bf16 operands.  Casting bf16 to fp32 first is numerically faithful: a product
-    of two bf16 values (8-bit significands) is exact in fp32, and the sum is fp32
-    either way.  fp32 operands use "ieee" so a float32 kernel is really float32,
-    not tf32.
+    EMULATE_BF16 is set on Triton's CPU interpreter only, and works around two of
+    its tl.dot faults.  bf16: the result is wrong; casting bf16 to fp32 first is
+    numerically faithful, as a product of two bf16 values (8-bit significands) is
+    exact in fp32 and the sum is fp32 either way.  fp32: numpy's matmul rounds the
+    same dot product differently for different operand shapes, so the backward's
+    recomputed scores disagreed with the forward's and the fp32 backward of small
+    problems was up to 3.9x less accurate than torch (reports/flake-cpu/findings.md,
+    finding D); summing the K products in order, as an MMA does, gives every tile
+    the same rounding.  On GPUs fp32 operands use "ieee" so a float32 kernel is
+    really float32, not tf32.
     """
     if EMULATE_BF16:
         if a.dtype == tl.bfloat16:
             a = a.to(tl.float32)
         if b.dtype == tl.bfloat16:
             b = b.to(tl.float32)
-    if a.dtype == tl.float32:
+    if EMULATE_BF16 and a.dtype == tl.float32:
+        acc += tl.sum(a[:, :, None] * b[None, :, :], 1)  # K summed in order, any tile shape
+    elif a.dtype == tl.float32:
         acc = tl.dot(a, b, acc, input_precision="ieee")
     elif a.dtype.is_fp8():
         # Hopper's fp8 wgmma sums in a reduced-precision (~14-bit) accumulator, and

@@ -109,10 +109,12 @@ def test_packed_inputs_keep_the_operator_order():
     "flash_attention.fwd[fp32,d96,causal,B1,H7,Hkv7,Sq2,Sk5,seed0]",  # nightly search: out 2.01 (A.2)
     "flash_attention.bwd[fp32,d16,causal,B1,H2,Hkv1,Sq2,Sk1,dropout0.1,seed42]",  # dq 3.70 (B)
     "flash_attention.bwd[fp32,d64,noncausal,B1,H2,Hkv2,Sq50,Sk1,seed3]",  # dq 2.63 (B)
+    "flash_attention.bwd[fp32,d192,causal,B2,H8,Hkv1,Sq2,Sk8,dropout0.1,seed4832]",  # nightly: dk 2.2 (D)
 ])
 def test_the_former_false_alarms_pass(case_id):
     """The false alarms of correct kernels found by the flake check and this search
     (reports/flake-cpu/findings.md) were closed by the rule's floor and its second
-    torch summation order (conformance.rule): each of them passes now."""
+    torch summation order (conformance.rule), and D by the interpreter's in-order fp32
+    dot (kernels.blocks.mma): each of them passes now."""
     line = judged(Case.from_id(case_id))
     assert line["verdict"] == "pass", strategies.reproducer(line)

@@ -80,8 +80,8 @@ class BackendProfile:
     head_dims:   head dims the bundled kernels support here
     default_tier: the catalog tier `run --tier auto` picks
     launch:      kernel name -> LaunchTable (a `"{kernel}.{dtype}"` key overrides)
-    emulate_bf16: this backend's bf16 arithmetic is faulty; the kernels emulate it
-                 faithfully in fp32 (see the interpreter profile)
+    emulate_bf16: this backend's dot is faulty for bf16 (and inconsistent for fp32);
+                 the kernels emulate it faithfully in fp32 (see the interpreter profile)
     warp_size:   threads per warp / wavefront
     shared_memory_bytes:  shared memory (LDS) one block may use; None = not known
     registers_per_thread: most 32-bit registers one thread can address
