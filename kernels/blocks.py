@@ -235,27 +235,15 @@ def scores(q, k, qk_scale, EMULATE_BF16: tl.constexpr):
 
 
 @triton.jit
-def recomputed_probabilities(q, k, lse2, rows, cols, seq_q, seq_k, qk_scale,
-                             CAUSAL: tl.constexpr, EMULATE_BF16: tl.constexpr):
-    """Normalised attention probabilities of a tile, rebuilt from the stored
-    base-2 log-normalizer `lse2` (backward pass).  Invisible pairs are exactly 0.
-    Rows without any visible key carry lse2 = +inf, which also yields 0."""
-    s = scores(q, k, qk_scale, EMULATE_BF16)
-    p = tl.math.exp2(s - lse2[:, None])
-    return tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), p, 0.0)
-
-
-@triton.jit
 def probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale,
                   CAUSAL: tl.constexpr, EMULATE_BF16: tl.constexpr):
     """Normalised attention probabilities of a tile, rebuilt from the stored natural-log
     normalizer `lse` (-inf for rows that see no key, which yields 0, as do invisible pairs).
 
-    More accurate than recomputed_probabilities for fp32 results: the exponent
-    s * sm_scale - lse is formed as torch forms it, and only the small difference is
-    scaled by log2(e).  Scaling first (s * sm_scale * log2(e) - lse * log2(e)) rounds
-    both terms at their full magnitude, which cost the fp32 total attention 2-3x
-    torch's error (measured on the interpreter, Sq = 70..300)."""
+    The exponent s * sm_scale - lse is formed as torch forms it, and only the small
+    difference is scaled by log2(e).  Scaling first (s * sm_scale * log2(e) -
+    lse * log2(e)) rounds both terms at their full magnitude, which cost the fp32
+    total attention 2-3x torch's error (measured on the interpreter, Sq = 70..300)."""
     s = raw_scores(q, k, EMULATE_BF16) * sm_scale
     finite_lse = tl.where(lse == float("-inf"), float("inf"), lse)
     p = tl.math.exp2((s - finite_lse[:, None]) * LOG2_E)
@@ -317,9 +305,3 @@ def dropout_keep(seed_lo, seed_hi, threshold, batch_head, rows, col_start, BLOCK
 def dropped_value_gradient(dp, keep, keep_scale):
     """dP of the un-dropped weights: dropped pairs get none, kept ones the 1/(1-p) rescale."""
     return tl.where(keep, dp * keep_scale, 0.0)
-
-
-@triton.jit
-def base2_lse(lse):
-    """Natural-log normalizer -> base 2; -inf (no visible key) -> +inf so exp2(s - lse2) = 0."""
-    return tl.where(lse == float("-inf"), float("inf"), lse * LOG2_E)
