@@ -16,6 +16,9 @@ from pathlib import Path
 from tabulate import tabulate
 
 from benchmarks import svg
+from conformance.reporting import summary
+from conformance.reporting.markdown import table as markdown_table
+from conformance.results import from_json, read_env
 
 BENCHMARK_FILE, MARKDOWN_FILE = "benchmark.jsonl", "benchmark.md"
 COLORS = {"bundled": "#d62728", "sdpa-flash": "#1f77b4", "sdpa-cudnn": "#2ca02c",
@@ -29,8 +32,6 @@ _PLOT_TITLE = "TFLOP/s against sequence length (solid: forward, dashed: backward
 
 def read_run(run_dir) -> tuple[dict, list[dict]]:
     """(env.json, the lines of benchmark.jsonl) of a run folder; a torn last line is skipped."""
-    from conformance.results import from_json, read_env
-
     text = (Path(run_dir) / BENCHMARK_FILE).read_text(encoding="utf-8").splitlines()
     lines = []
     for number, raw in enumerate(text, start=1):
@@ -91,14 +92,8 @@ def _not_measured(lines: list[dict]) -> list[str]:
 
 
 def _environment(env: dict) -> list[str]:
-    rows = []
-    for key in _ENV_KEYS:
-        value = env.get(key)
-        if isinstance(value, dict):  # harness: revision and dirty flag
-            value = f"{value.get('revision')}{' (dirty)' if value.get('dirty') else ''}"
-        if value is not None:
-            rows.append([key, str(value).replace("|", "\\|")])
-    return [tabulate(rows, headers=["field", "value"], tablefmt="github", disable_numparse=True)]
+    rows = [[key, summary.format_env_value(key, env[key])] for key in _ENV_KEYS if env.get(key) is not None]
+    return [markdown_table(["field", "value"], rows)]
 
 
 def markdown(env: dict, lines: list[dict], plot_name: str | None) -> str:
@@ -117,9 +112,9 @@ def markdown(env: dict, lines: list[dict], plot_name: str | None) -> str:
     for (dtype, head_dim, causal), panel in _panels(lines).items():
         headers, tflops_rows, memory_rows = panel_tables(panel)
         out += [f"## {panel_title(dtype, head_dim, causal)}", "", "TFLOP/s (forward / backward):", "",
-                tabulate(tflops_rows, headers=headers, tablefmt="github", disable_numparse=True), "",
+                markdown_table(headers, tflops_rows), "",
                 "Peak memory per call, MiB (forward / backward):", "",
-                tabulate(memory_rows, headers=headers, tablefmt="github", disable_numparse=True), ""]
+                markdown_table(headers, memory_rows), ""]
         missing = _not_measured(panel)
         if missing:
             out += ["Not measured:", "", *missing, ""]

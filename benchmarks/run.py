@@ -15,12 +15,12 @@ from pathlib import Path
 import torch
 
 from benchmarks import grid, implementations
+from benchmarks.report import BENCHMARK_FILE
 from benchmarks.timing import RepetitionPolicy, median_ms, peak_bytes
+from conformance.inputs import TORCH_DTYPES
 
-BENCHMARK_FILE = "benchmark.jsonl"
 FULL_POLICY = RepetitionPolicy()
 QUICK_POLICY = RepetitionPolicy(target_ms=20.0, min_reps=3, max_reps=5)
-TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # SDPA's messages when the chosen backend refuses a problem (torch <= 2.11 / newer).
 _REFUSALS = ("No available kernel", "No viable backend")
 DEVICE = "cuda"  # tests run the loop on the CPU with this replaced

@@ -27,12 +27,13 @@ from pathlib import Path
 
 from conformance import backends, flake, run_options
 from conformance.compile_only import command as compile_command
-from conformance.catalog import TIERS, select
+from conformance.catalog import select
+from conformance.tiers import TIERS
 from conformance.distributions import parse_optional
 from conformance.implementations import Implementations
 from conformance.reporting import commands as reporting_commands
-from conformance.results import RESULTS_FILE, default_run_dir, read_results
-from conformance.selection import reseeded
+from conformance.results import default_run_dir
+from conformance.selection import recorded_lines, reseeded
 from conformance.verdicts import run_failed
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -151,8 +152,7 @@ def command_run(args) -> int:
     exit_code = pytest.main(pytest_arguments(args, out_dir, profile))
     if exit_code == pytest.ExitCode.USAGE_ERROR:
         return EXIT_USAGE
-    lines = read_results(out_dir) if (out_dir / RESULTS_FILE).exists() else []
-    lines = [line for line in lines if line.get("kind") != "probe"]  # probes inform, cases decide
+    lines = [line for line in recorded_lines(out_dir) if line.get("kind") != "probe"]  # probes inform, cases decide
     recorded = {line["case"] for line in lines}
     finished = sum(case.id in recorded for case in cases)
     if finished < len(cases):

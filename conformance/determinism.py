@@ -18,16 +18,20 @@ import torch
 
 from conformance import verdicts
 
-# Integer views of the same width: comparing bits, NaN payloads and -0.0 included.
-_BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+# Integer dtypes by element size in bytes, for viewing a float tensor's bits.
+INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's bit patterns, as a (contiguous) signed integer tensor of the same width."""
+    return tensor.contiguous().view(INT_OF_SIZE[tensor.element_size()])
 
 
 def bitwise_equal(first: torch.Tensor, second: torch.Tensor) -> bool:
-    """Same shape, dtype and bits in every element."""
+    """Same shape, dtype and bits in every element (NaN payloads and -0.0 included)."""
     if first.shape != second.shape or first.dtype != second.dtype:
         return False
-    bits = _BITS[first.element_size()]
-    return bool(torch.equal(first.contiguous().view(bits), second.contiguous().view(bits)))
+    return bool(torch.equal(bits(first), bits(second)))
 
 
 def differing_tensors(first: dict, second: dict) -> list[str]:

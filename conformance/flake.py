@@ -23,10 +23,11 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from conformance.catalog import BOTH_DIRECTIONS, CAUSAL_BOTH, HALF_DTYPES, Case, expand_tier, resolve_tier
+from conformance.catalog import Case, expand_tier, resolve_tier
 from conformance.reporting import summary
 from conformance.reporting.markdown import code, table
 from conformance.results import read_results
+from conformance.tiers import BOTH_DIRECTIONS, CAUSAL_BOTH, HALF_DTYPES
 from conformance.verdicts import FAILING, UNSUPPORTED
 
 DEFAULT_SEEDS = 20
@@ -122,7 +123,7 @@ def tensor_rows(lines: list[dict]) -> list[list]:
     """Per tensor name: how many ratios, their quantiles and maximum, and the headroom 2 / max."""
     rows = []
     for name, ratios in summary.ratio_samples(lines).items():
-        ordered = [math.inf if math.isnan(r) else r for r in ratios]
+        ordered = summary.ordered_ratios(ratios)
         top = max(ordered)
         rows.append([name, len(ordered), *(summary.format_ratio(quantile(ordered, q)) for q in QUANTILES),
                      summary.format_ratio(top), f"{2 / top:.2f}x" if top > 0 else "-"])

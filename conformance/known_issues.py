@@ -24,7 +24,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from conformance import verdicts
-from conformance.catalog import FEATURES, Case
+from conformance.catalog import FEATURES, SHAPE_FIELDS, Case
 
 try:
     import tomllib
@@ -35,10 +35,9 @@ DEFAULT_REGISTRY = Path(__file__).with_name("known_issues.toml")
 
 _ENTRY_KEYS = {"id", "description", "reason", "scope"}
 # Scope fields compared against a case's own fields.
-_CASE_SCOPE = ("op", "direction", "dtype", "head_dim", "causal", "layout",
-               "batch", "heads", "kv_heads", "seq_q", "seq_k")
+_CASE_SCOPE = ("op", "direction", "dtype", "head_dim", "causal", "layout", *SHAPE_FIELDS)
 # Integer fields also take ranges: ">=16384", ">=1024,<8192".
-_INTEGER_SCOPE = frozenset({"head_dim", "batch", "heads", "kv_heads", "seq_q", "seq_k"})
+_INTEGER_SCOPE = frozenset({"head_dim", *SHAPE_FIELDS})
 # `feature` admits a case having any of the listed catalog features (lse, total, dropout, layout, dist).
 FEATURE_NAMES = tuple(feature.field for feature in FEATURES)
 _SCOPE_KEYS = {"backend", "arch", "triton", "implementation", "feature", *_CASE_SCOPE}

@@ -36,21 +36,12 @@ def _label(profile) -> str:
     return "cpu" if profile.interpreted else profile.key.replace(":", "-")
 
 
-def _has_compile_command() -> bool:
-    from conformance.cli import COMMANDS
-
-    return "compile" in COMMANDS
-
-
 def parts(profile, workers: int | None, compile_scope: str = "quick") -> dict[str, list[str]]:
     """Folder name -> `python -m conformance` arguments (without --out) for this machine."""
     run = ["run", "--tier", "auto"] + (["-n", str(workers)] if workers else [])
     if not profile.interpreted:
         return {"run": run}
-    selected = {"run": run}
-    if _has_compile_command():
-        selected["compile"] = ["compile", "--target", COMPILE_TARGETS, "--scope", compile_scope]
-    return selected
+    return {"run": run, "compile": ["compile", "--target", COMPILE_TARGETS, "--scope", compile_scope]}
 
 
 def run_parts(version_dir: Path, selected: dict[str, list[str]]) -> dict[str, int]:

@@ -29,15 +29,17 @@ import pytest
 
 from conformance import backends, verdicts
 from conformance.attribution import with_backend_fault
-from conformance.catalog import TIERS, Case
+from conformance.catalog import Case
+from conformance.tiers import TIERS
 from conformance.devices import pin_xdist_worker, record_device
 from conformance.distributions import parse_optional
 from conformance.environment import command_line, fingerprint
 from conformance.implementations import Implementations, reproduce_command
 from conformance.isolation import DEFAULT_TIMEOUT_S, IsolatedRunner
-from conformance.probes import run_probes
+from conformance.probes import is_probe_line, run_probes
 from conformance.report import format_ratio, render_run
 from conformance.results import ResultsWriter, default_run_dir, from_json, to_json
+from conformance.run_options import SELECTION_ARGUMENTS
 from conformance.runner import base_line, distribution_args, error_fields, run_case
 from conformance.selection import recorded_ids, recorded_lines, resumed_env, resumed_selection, selected_cases
 
@@ -131,10 +133,9 @@ def pytest_addoption(parser):
 
 
 _SWITCH = {"on": True, "off": False, "auto": None}  # auto: on for GPU profiles
-# selection key (conformance.selection) -> pytest option
-_SELECTION_OPTIONS = {"tier": "conformance_tier", "cases": "conformance_case", "seeds": "conformance_seeds",
-                      "kernels": "conformance_kernel", "backend": "conformance_backend",
-                      "distribution": "conformance_distribution"}
+# selection key (conformance.selection) -> pytest option dest, e.g. "conformance_tier"
+_SELECTION_OPTIONS = {key: option.removeprefix("--").replace("-", "_")
+                      for key, (_, option) in SELECTION_ARGUMENTS.items()}
 
 
 def _selection_from_options(config) -> dict:
@@ -168,7 +169,8 @@ def _state_from_options(config, selection: dict, device_index: int | None = None
         Path(out) if out else None, recorded=recorded, selection=selection, resuming=bool(resume),
         run_options=dict(check_determinism=_switch(config, "conformance_determinism", gpu), distribution=distribution),
         isolate=_switch(config, "conformance_isolate", gpu), device_index=device_index,
-        timeout_s=config.getoption("conformance_case_timeout") or DEFAULT_TIMEOUT_S.get(profile.device, 600.0))
+        timeout_s=config.getoption("conformance_case_timeout")
+        or DEFAULT_TIMEOUT_S.get(profile.device, DEFAULT_TIMEOUT_S["cpu"]))
 
 
 def pytest_configure(config):
@@ -335,7 +337,7 @@ class ResultsRecorder:
         """The primitive probes, run here (the reporting process) and written before any case;
         a resumed run keeps those its folder already holds."""
         if self.state.resuming:
-            self.probe_lines = [line for line in recorded_lines(self.state.run_dir()) if line.get("kind") == "probe"]
+            self.probe_lines = [line for line in recorded_lines(self.state.run_dir()) if is_probe_line(line)]
             if self.probe_lines:
                 return
         self.probe_lines = run_probes(self.state.profile, backend_option=self.state.backend_option)

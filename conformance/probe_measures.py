@@ -22,7 +22,9 @@ from typing import Callable
 import numpy as np
 import torch
 
+from conformance.determinism import INT_OF_SIZE, bits
 from conformance.inputs import TORCH_DTYPES
+from conformance.rule import max_abs_error
 from reference.philox import philox4x32_10
 
 FP32_UNIT_ROUNDOFF = 2.0**-24
@@ -48,21 +50,12 @@ def _normal(shape, seed: int) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
 
 
-def _max_abs(difference: torch.Tensor) -> float:
-    """max |difference| as a float; inf when any element is not finite."""
-    if difference.numel() == 0:
-        return 0.0
-    if not torch.isfinite(difference).all():
-        return math.inf
-    return difference.abs().max().item()
-
-
 def _ordered_bits(values: torch.Tensor) -> torch.Tensor:
     """Float bit patterns as int64 ordered like the floats: a difference counts ulps."""
     width = 8 * values.element_size()
-    bits = values.cpu().view({8: torch.int8, 16: torch.int16, 32: torch.int32}[width]).to(torch.int64)
-    magnitude = bits & ((1 << (width - 1)) - 1)
-    return torch.where(bits < 0, -magnitude, magnitude)
+    signed = bits(values.cpu()).to(torch.int64)
+    magnitude = signed & ((1 << (width - 1)) - 1)
+    return torch.where(signed < 0, -magnitude, magnitude)
 
 
 def ulp_distance(actual: torch.Tensor, expected: torch.Tensor) -> float:
@@ -93,7 +86,7 @@ def dot(dtype: str, input_precision: str = "default", operand_rounding: float = 
         # that, as tensor cores may align and add with truncation (Fasi et al. 2021).
         magnitude = (a64.abs() @ b64.abs()).max().item()
         bound = (2 * operand_rounding + 2 * (k + 1) * FP32_UNIT_ROUNDOFF) * magnitude
-        return Measurement(_max_abs(c.cpu().double() - a64 @ b64), bound, f"a {m}x{n}x{k} product")
+        return Measurement(max_abs_error(c.cpu(), a64 @ b64), bound, f"a {m}x{n}x{k} product")
     return measure
 
 
@@ -156,10 +149,10 @@ def cast(dtype: str) -> Callable[[str], Measurement]:
 
 def _all_finite_values(dtype: torch.dtype) -> torch.Tensor:
     """Every finite value of a 8- or 16-bit float dtype (each bit pattern once)."""
-    width = 8 * torch.empty((), dtype=dtype).element_size()
-    bits_dtype = {8: torch.int8, 16: torch.int16}[width]
-    bits = torch.arange(-(2 ** (width - 1)), 2 ** (width - 1), dtype=torch.int64).to(bits_dtype)
-    values = bits.view(dtype)
+    size = torch.empty((), dtype=dtype).element_size()
+    width = 8 * size
+    patterns = torch.arange(-(2 ** (width - 1)), 2 ** (width - 1), dtype=torch.int64).to(INT_OF_SIZE[size])
+    values = patterns.view(dtype)
     return values[torch.isfinite(values.float())]
 
 
@@ -197,7 +190,7 @@ def reduction(op: str) -> Callable[[str], Measurement]:
             return Measurement(ulp_distance(y.cpu(), x.amax(1)), 0.0, what)
         # Any order of n - 1 fp32 additions errs at most (n - 1)·u·Σ|x| (Higham).
         bound = (REDUCE_SHAPE[1] - 1) * FP32_UNIT_ROUNDOFF * x.double().abs().sum(1).max().item()
-        return Measurement(_max_abs(y.cpu().double() - x.double().sum(1)), bound, what)
+        return Measurement(max_abs_error(y.cpu(), x.double().sum(1)), bound, what)
     return measure
 
 
@@ -262,6 +255,6 @@ def atomic_add(device: str) -> Measurement:
     total = torch.zeros(ATOMIC_BLOCK, dtype=torch.float32, device=device)
     count = torch.zeros(1, dtype=torch.int32, device=device)
     probe_kernels.atomic_add_kernel[(ATOMIC_PROGRAMS,)](x.to(device), total, count, ATOMIC_BLOCK)
-    error = _max_abs(total.cpu() - x.sum(0)) + abs(int(count.item()) - ATOMIC_PROGRAMS)
+    error = max_abs_error(total.cpu(), x.sum(0)) + abs(int(count.item()) - ATOMIC_PROGRAMS)
     what = f"{ATOMIC_PROGRAMS} programs into {ATOMIC_BLOCK} cells (counter {int(count.item())})"
     return Measurement(error, 0.0, what)

@@ -13,6 +13,7 @@ cases; a failing case whose kernels rely on a failing probe's primitive is marke
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -125,8 +126,8 @@ def select(probe_ids=()) -> tuple[Probe, ...]:
 
 
 def reproduce_command(probe: Probe, backend_option: str | None) -> str:
-    backend = f" --backend {backend_option}" if backend_option else ""
-    return f"python -m conformance probes{backend} --probe '{probe.id}'"
+    backend = ["--backend", backend_option] if backend_option else []
+    return shlex.join(["python", "-m", "conformance", "probes", *backend, "--probe", probe.id])
 
 
 def run_probe(probe: Probe, profile, backend_option: str | None = None) -> dict:

@@ -19,7 +19,7 @@ import argparse
 from conformance.selection import DEFAULTS, resumed_selection
 
 # selection key -> (attribute of the parsed `run` arguments, plugin option)
-_SELECTION_ARGUMENTS = {
+SELECTION_ARGUMENTS = {
     "tier": ("tier", "--conformance-tier"),
     "cases": ("case", "--conformance-case"),
     "seeds": ("seeds", "--conformance-seeds"),
@@ -31,7 +31,7 @@ _SWITCHES = {"isolate": "--conformance-isolate", "check_determinism": "--conform
 
 
 def workers(text: str):
-    """-n's value: a positive int or `auto`."""
+    """-n's value: a non-negative int (0: no xdist) or `auto`."""
     if text == "auto":
         return text
     try:
@@ -63,8 +63,7 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
 def selection_of(args) -> dict:
     """The run's selection: from the arguments, or (--resume) from the folder's env.json.
     ValueError when --resume is combined with selection options or finds no run."""
-    given = {key: getattr(args, attribute) for key, (attribute, _) in _SELECTION_ARGUMENTS.items()}
-    given["seeds"] = given["seeds"] if given["seeds"] is not None else DEFAULTS["seeds"]
+    given = {key: getattr(args, attribute) for key, (attribute, _) in SELECTION_ARGUMENTS.items()}
     return resumed_selection(args.resume, given) if args.resume else given
 
 
@@ -74,7 +73,7 @@ def plugin_arguments(args, profile) -> list[str]:
     if args.resume:
         arguments += ["--conformance-resume", args.resume]
     else:
-        for key, (attribute, option) in _SELECTION_ARGUMENTS.items():
+        for key, (attribute, option) in SELECTION_ARGUMENTS.items():
             value = getattr(args, attribute)
             for item in value if isinstance(value, list) else [value]:
                 if item is not None and not (key == "tier" and item == DEFAULTS["tier"]):

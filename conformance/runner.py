@@ -15,7 +15,6 @@ tracebacks are rendered to text before their frames (which hold tensors) go.
 
 from __future__ import annotations
 
-import math
 import time
 import traceback
 
@@ -31,6 +30,7 @@ from conformance.environment import triton_version
 from conformance.implementations import Implementations, reproduce_command
 from conformance.inputs import DTYPE_NAMES, TORCH_DTYPES, Inputs, make_inputs
 from conformance.operators import OPERATORS, Operator
+from conformance.reporting import summary
 from conformance.rule import BOUND, compare_tensor
 
 _TRACEBACK_LINES = 20
@@ -208,8 +208,7 @@ def _rule_verdict(tensors: list[dict]) -> tuple[str, str]:
 
 def worst_ratio(tensors: list[dict]) -> float | None:
     """The largest ratio of a case's tensors (NaN counts as worst); None if none was judged."""
-    ratios = [math.inf if math.isnan(t["ratio"]) else t["ratio"] for t in tensors]
-    return max(ratios) if ratios else None
+    return summary.worst(tensor["ratio"] for tensor in tensors)
 
 
 def _synchronize(device: str) -> None:

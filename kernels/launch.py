@@ -14,19 +14,19 @@ import torch
 import triton
 
 from conformance.backends import active_profile
-from kernels.validation import DTYPE_NAMES
+from kernels.validation import DTYPE_NAMES, FP8
 
 # CUDA's limit on gridDim.y.  A module constant so tests can lower it and prove the
 # split on the interpreter without launching 65,536 slices.
 MAX_GRID_BATCH_HEADS = 65535
 
 
-def padded_head_dim(head_dim: int, dtype: torch.dtype | None = None) -> int:
+def padded_head_dim(head_dim: int, dtype: torch.dtype) -> int:
     """BLOCK_D: tl.arange and tl.dot need a power of two >= 16 (>= 32 for 8-bit
     operands: fp8 MMA instructions consume K in steps of 32, and Triton refuses a
     16-wide fp8 dot); padding lanes are masked on load and store and are 0 in every
     product, so 96, 192 and padded fp8 dims are exact."""
-    smallest = 32 if dtype is not None and dtype.itemsize == 1 else 16
+    smallest = 32 if dtype in FP8 else 16
     return max(smallest, triton.next_power_of_2(head_dim))
 
 

@@ -23,7 +23,6 @@ from kernels.flash_backward import delta_kernel
 from kernels.launch import launch, launch_kwargs, padded_head_dim
 from kernels.piecewise_backward import piecewise_dkdv_kernel, piecewise_dq_kernel
 from kernels.piecewise_forward import piecewise_forward_kernel
-from reference.validation import check_dist_threshold
 from kernels.validation import (
     check_attention_shapes,
     check_device,
@@ -33,6 +32,7 @@ from kernels.validation import (
     check_sm_scale,
     check_tensor,
 )
+from reference.validation import check_dist_threshold
 
 
 def _launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype, **options) -> dict:
@@ -50,7 +50,7 @@ def _forward(q1, k1, q2, k2, v, threshold: int, causal: bool, scale: float):
     out, lse, done = new_forward_outputs(q1, seq_k)
     if done:
         return out, lse
-    block_d = padded_head_dim(head_dim)
+    block_d = padded_head_dim(head_dim, q1.dtype)
     cfg = _launch_kwargs("fwd", block_d, q1.dtype)
     launch(piecewise_forward_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,
            q1, k1, q2, k2, v, out, lse, scale, threshold,
@@ -79,7 +79,7 @@ def _backward(saved, do, threshold: int, causal: bool, scale: float):
     dk1, dk2, dv = (new_output(k1.shape, k1.dtype, k1.device) for _ in range(3))
     if seq_q == 0 or seq_k == 0:
         return tuple(g.zero_() for g in (dq1, dk1, dq2, dk2, dv))
-    block_d = padded_head_dim(head_dim)
+    block_d = padded_head_dim(head_dim, q1.dtype)
     delta = _delta(out, do, block_d)
     common = dict(CAUSAL=causal, BLOCK_D=block_d, EMULATE_BF16=active_profile().emulate_bf16)
     tensors = (q1, k1, q2, k2, v, do, lse, delta)

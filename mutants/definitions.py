@@ -42,7 +42,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("scale_padded_head_dim",
            "softmax scale off by a small factor: 1/sqrt of the padded head dim (d96: 1/sqrt(128), 0.87x)",
            (Edit("flash.py", "return 1.0 / math.sqrt(q.shape[3]) if sm_scale is None",
-                 "return 1.0 / math.sqrt(padded_head_dim(q.shape[3])) if sm_scale is None"),)),
+                 "return 1.0 / math.sqrt(padded_head_dim(q.shape[3], q.dtype)) if sm_scale is None"),)),
     Mutant("causal_off_by_one",
            "causal mask off by one: the diagonal key (j = i + Sk - Sq) is hidden (< instead of <=)",
            (Edit("blocks.py", _VISIBLE_CAUSAL,

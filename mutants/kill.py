@@ -25,7 +25,8 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from conformance import backends, verdicts
-from conformance.catalog import TIERS, Case, cases
+from conformance.catalog import Case, cases
+from conformance.tiers import TIERS
 from conformance.implementations import Implementations
 from conformance.runner import run_case
 from mutants.definitions import BY_NAME

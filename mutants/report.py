@@ -10,6 +10,7 @@ from tabulate import tabulate
 
 from conformance import verdicts
 from conformance.report import format_ratio
+from conformance.reporting.markdown import table
 from conformance.results import from_json, read_env, to_json
 
 MUTANTS_FILE = "mutants.jsonl"
@@ -77,11 +78,6 @@ def table_rows(lines: list[dict], kills_per_row: int | None = None, separator: s
 HEADERS = ["mutant", "fault class", "result", "killed in tier", "cases run", "killed by (case: tensor ratios)"]
 
 
-def _escaped(rows: list[list]) -> list[list]:
-    """Cells safe inside a markdown table (fault classes mention |distance|)."""
-    return [[cell.replace("|", "\\|") for cell in row] for row in rows]
-
-
 def markdown(env: dict, lines: list[dict]) -> str:
     env_rows = [[key, str(env[key].get("revision") if isinstance(env[key], dict) else env[key])]
                 for key in _ENV_FIELDS if env.get(key) is not None]
@@ -89,9 +85,9 @@ def markdown(env: dict, lines: list[dict]) -> str:
         "# Mutant kill table", "",
         f"{totals_text(lines)}. A mutant is killed when a case ends fail, nonfinite or error; "
         "tiers are climbed from smoke, in pairwise-coverage order within each (mutants/ordering.py).", "",
-        tabulate(_escaped(table_rows(lines)), headers=HEADERS, tablefmt="github", disable_numparse=True), "",
+        table(HEADERS, table_rows(lines)), "",  # `|` escaped: fault classes mention |distance|
         "## Environment", "",
-        tabulate(env_rows, headers=["field", "value"], tablefmt="github", disable_numparse=True), "",
+        table(["field", "value"], env_rows), "",
         "Re-run one killing case: the `reproduce` command of its kill in mutants.jsonl.", "",
     ]
     return "\n".join(parts)
@@ -99,9 +95,9 @@ def markdown(env: dict, lines: list[dict]) -> str:
 
 def terminal(lines: list[dict]) -> str:
     rows = table_rows(lines, kills_per_row=1, separator="; ")
-    table = tabulate(rows, headers=HEADERS, tablefmt="simple", disable_numparse=True,
-                     maxcolwidths=[None, 36, 12, None, 12, 64])
-    return f"{table}\n\n{totals_text(lines)}\n"
+    text = tabulate(rows, headers=HEADERS, tablefmt="simple", disable_numparse=True,
+                    maxcolwidths=[None, 36, 12, None, 12, 64])
+    return f"{text}\n\n{totals_text(lines)}\n"
 
 
 def write_table(out_dir: str | Path) -> Path:

@@ -94,4 +94,3 @@ def softmax_values(st: BlockSetup, s: Tensor, vb: Tensor, keep: Tensor | None = 
     out = torch.matmul(st.rounded(weights).view(n, g * rows, -1), vb).view(n, g, rows, vb.shape[-1])
     out.div_(torch.where(row_sum > 0, row_sum, 1.0))  # rows that see no key stay 0
     return out.mul_(keep_scale) if keep is not None else out
-

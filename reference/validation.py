@@ -12,6 +12,8 @@ import torch
 from .precision import Precision
 
 _FLOAT_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_FLOAT_DTYPE_NAMES = [str(dtype).removeprefix("torch.") for dtype in _FLOAT_DTYPES]
+_FLOAT_DTYPE_TEXT = f"{', '.join(_FLOAT_DTYPE_NAMES[:-1])} or {_FLOAT_DTYPE_NAMES[-1]}"
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ def _check_tensor(name: str, x: object, rank: int, layout: str) -> torch.Tensor:
     if x.dim() != rank:
         raise ValueError(f"{name} must have rank {rank} {layout}, got shape {tuple(x.shape)}")
     if x.dtype not in _FLOAT_DTYPES:
-        raise ValueError(f"{name} must be float8_e4m3fn, float8_e5m2, float16, bfloat16, float32 or float64, got {x.dtype}")
+        raise ValueError(f"{name} must be {_FLOAT_DTYPE_TEXT}, got {x.dtype}")
     return x
 
 
@@ -124,7 +126,6 @@ def check_dropout(dropout: object) -> None:
         raise TypeError(f"dropout must be a reference.Dropout or None, got {type(dropout).__name__}")
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout.p must be in [0, 1), got {p!r}")
-
 
 
 def check_dist_threshold(dist_threshold) -> int:

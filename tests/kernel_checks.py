@@ -14,9 +14,8 @@ import kernels
 from conformance.backends import active_profile
 from conformance.operators import FLASH_ATTENTION
 from conformance.rule import compare_tensor
+from kernels.validation import DTYPE_NAMES
 from reference import MATCHED, REFERENCE, Dropout, attention_backward, attention_forward
-
-DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
 def make_qkv(batch=1, heads=2, kv_heads=2, seq_q=40, seq_k=40, head_dim=16, dtype=torch.float16, seed=0):

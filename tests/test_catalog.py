@@ -10,7 +10,6 @@ from conformance.catalog import (
     FP8_DTYPES,
     DTYPES,
     EXAMPLE_ID,
-    TIERS,
     Case,
     cases,
     expand_grid,
@@ -18,6 +17,7 @@ from conformance.catalog import (
     select,
 )
 from conformance.inputs import generator_seed, make_inputs
+from conformance.tiers import TIERS
 
 ALL_TIERS = list(TIERS)
 

@@ -16,10 +16,10 @@ PROFILE = activate()  # before the kernels are imported (interpreter on CPU)
 import kernels  # noqa: E402
 from conformance.catalog import Case  # noqa: E402
 from kernels.launch import padded_head_dim  # noqa: E402
+from kernels.validation import FP8  # noqa: E402
 from reference import MATCHED, REFERENCE, attention_forward  # noqa: E402
 
-FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
-FP8_PROFILE = dataclasses.replace(INTERPRETER, dtypes=INTERPRETER.dtypes + ("fp8e4m3", "fp8e5m2"))
+FP8_PROFILE = dataclasses.replace(INTERPRETER, dtypes=INTERPRETER.dtypes + tuple(FP8.values()))
 
 
 def fp8_qkv(dtype, requires_grad=False):

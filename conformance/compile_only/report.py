@@ -37,8 +37,7 @@ def overview(lines: list[dict]) -> tuple[list[str], list[list]]:
 
 
 def _header(env: dict, lines: list[dict]) -> str:
-    totals = summary.totals_text(lines).removeprefix("0 cases; ")  # compile checks only
-    return (f"{totals} for {', '.join(env.get('targets') or [])} "
+    return (f"{summary.totals_text(lines)} for {', '.join(env.get('targets') or [])} "
             f"(scope {env.get('scope')}, triton {env.get('triton')}, {env.get('wall_s')} s wall).")
 
 

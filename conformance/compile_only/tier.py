@@ -61,19 +61,21 @@ def _run_worker(job: dict) -> tuple[list[dict], int | None, str]:
     process = subprocess.Popen([sys.executable, "-m", "conformance.compile_only.worker"], cwd=HARNESS_ROOT,
                                env=_worker_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
+    timed_out = False
     try:
         stdout, stderr = process.communicate(json.dumps(job), timeout=_CHUNK_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         process.kill()
         stdout, stderr = process.communicate()
         stderr += f"\ntimed out after {_CHUNK_TIMEOUT_S} s"
+        timed_out = True
     events = []
     for text in stdout.splitlines():
         try:
             events.append(json.loads(text))
         except json.JSONDecodeError:
             continue  # something the compiler printed
-    return events, (None if process.returncode is None or "timed out after" in stderr else process.returncode), stderr
+    return events, (None if timed_out else process.returncode), stderr
 
 
 def death_reason(returncode: int | None, stderr: str) -> str:

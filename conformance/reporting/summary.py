@@ -66,20 +66,20 @@ def one_line(text: str | None, limit: int = _REASON_CHARS) -> str:
     return first if len(first) <= limit else first[:limit - 1] + "…"
 
 
-def _ordered_ratios(ratios) -> list[float]:
+def ordered_ratios(ratios) -> list[float]:
     """Recorded ratios without the missing ones, NaN counting as worst (inf)."""
     return [math.inf if math.isnan(r) else r for r in ratios if r is not None]
 
 
 def worst(ratios) -> float | None:
     """Largest ratio, NaN counting as worst; None for no ratios."""
-    values = _ordered_ratios(ratios)
+    values = ordered_ratios(ratios)
     return max(values) if values else None
 
 
 def median(ratios) -> float | None:
     """Median of the recorded ratios (NaN counting as inf); None for none."""
-    values = _ordered_ratios(ratios)
+    values = ordered_ratios(ratios)
     return statistics.median(values) if values else None
 
 
