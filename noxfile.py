@@ -1,20 +1,35 @@
 """Entry points: `nox -s conformance`, `nox -s tests`, `nox -s benchmark`, `nox -s matrix`.
 
-Every session runs in its own virtualenv that can *see* the packages of the
-Python running nox (through a .pth file).  A GPU vendor's machine therefore keeps
-its own torch and triton builds — nothing here replaces them — and only what is
-missing is installed into the session's virtualenv.  On a fresh CPU-only machine
-that means torch (the CPU wheel), triton, numpy and the test tools.
+Every session runs in its own virtualenv that can *see* the packages of a host
+Python (through a .pth file).  A GPU vendor's machine therefore keeps its own
+torch and triton builds — nothing here replaces them — and only what is missing
+is installed into the session's virtualenv.  On a fresh CPU-only machine that
+means torch (the CPU wheel), triton, numpy and the test tools.
+
+Which host Python: for the GPU-facing sessions (conformance, mutants, flake,
+benchmark) the one whose torch sees a GPU, found by asking each of $FA_PYTHON,
+`python` and `python3` on PATH and the Python running nox (in that order) to
+import torch and triton; failing a GPU, the first with torch and triton; failing
+that, the Python running nox.  So `nox` installed into the system Python still
+uses the torch of a virtualenv's `python`.  The `tests` session uses the Python
+running nox.  The session log names the Python it used.
 
 Set FA_ISOLATED=1 to ignore the host's packages and install everything, which is
 what a brand-new machine sees. The `matrix` sessions are always isolated: each
 installs its own triton release.
+
+Nothing is downloaded when everything is already installed: pip runs only for
+missing modules, and virtualenv seeds each session from its embedded wheels
+(its periodic background update of them is switched off below).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import site
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +38,9 @@ from packaging.version import Version  # a dependency of nox
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
+# virtualenv would otherwise start a background download of newer pip/setuptools
+# wheels every 14 days (nox >= 2022 passes --no-periodic-update itself; older ones do not).
+os.environ.setdefault("VIRTUALENV_NO_PERIODIC_UPDATE", "1")
 
 # module -> requirement installed when the module is missing.
 REQUIREMENTS = {
@@ -37,25 +55,105 @@ REQUIREMENTS = {
 }
 
 
-def _host_site_dirs() -> list[str]:
-    dirs = list(site.getsitepackages())
-    user = site.getusersitepackages()
-    return [d for d in [*dirs, user] if Path(d).is_dir()]
+# Run by each candidate Python: where it is, and whether its torch and triton import
+# and see a GPU. Site dirs are those it imports from, plus the folders holding torch
+# and triton themselves (a source checkout on PYTHONPATH or an editable install).
+TORCH_PROBE = """
+import json, os, site, sys
+found = {"executable": sys.executable, "prefix": sys.prefix, "version": "%d.%d" % sys.version_info[:2]}
+dirs = list(getattr(site, "getsitepackages", lambda: [])())
+if site.ENABLE_USER_SITE:
+    dirs.append(site.getusersitepackages())
+try:
+    import torch, triton
+    found.update(torch=torch.__version__, triton=triton.__version__, gpu=bool(torch.cuda.is_available()))
+    dirs += [os.path.dirname(os.path.dirname(os.path.abspath(m.__file__))) for m in (torch, triton)]
+except Exception as exc:
+    found["error"] = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+found["site_dirs"] = list(dict.fromkeys(d for d in dirs if os.path.isdir(d)))
+print(json.dumps(found))
+"""
+_chosen_host: dict | None = None  # the probe's answer for the Python chosen, once per nox run
 
 
-def _host_packages_pth(session: nox.Session) -> Path:
-    purelib = session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-                          silent=True).strip()
-    return Path(purelib) / "fa_host_packages.pth"
+def _candidate_pythons() -> list[str]:
+    names = [os.environ.get("FA_PYTHON", ""), shutil.which("python") or "", shutil.which("python3") or "",
+             sys.executable]
+    return list(dict.fromkeys(n for n in names if n))
 
 
-def _share_host_packages(session: nox.Session, share: bool) -> None:
-    """Let the session's virtualenv import the host interpreter's packages (or stop it)."""
-    pth = _host_packages_pth(session)
-    if share:
-        pth.write_text("".join(d + "\n" for d in _host_site_dirs()))
-    else:
-        pth.unlink(missing_ok=True)
+def _run_python(python: str, program: str, timeout: float) -> str:
+    """The last line `python -c program` prints, or "" when it cannot run."""
+    try:
+        done = subprocess.run([python, "-c", program], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = done.stdout.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def _probe(python: str) -> dict:
+    try:
+        return json.loads(_run_python(python, TORCH_PROBE, timeout=300))
+    except ValueError:
+        return {"executable": python, "error": "could not run it"}
+
+
+def _describe(found: dict) -> str:
+    if "torch" not in found:
+        return f"{found['executable']}: {found.get('error', 'no torch')}"
+    gpu = "sees a GPU" if found["gpu"] else "no GPU"
+    return f"{found['executable']} (Python {found['version']}): torch {found['torch']}, triton {found['triton']}, {gpu}"
+
+
+def _nox_host() -> dict:
+    """The Python running nox, as the probe would describe it (without torch)."""
+    dirs = [*site.getsitepackages(), site.getusersitepackages()]
+    return {"executable": sys.executable, "version": "%d.%d" % sys.version_info[:2],
+            "site_dirs": [d for d in dirs if Path(d).is_dir()]}
+
+
+def _torch_host(session: nox.Session) -> dict:
+    """The Python whose torch sees a GPU; else the first with torch and triton; else nox's own."""
+    global _chosen_host
+    if _chosen_host is None:
+        probed, seen = [], set()
+        for python in _candidate_pythons():
+            # `python`, `python3` and nox's own are often one interpreter: import torch once
+            identity = _run_python(python, "import os, sys; print([sys.prefix, os.path.realpath(sys.executable)])", 60)
+            if identity and identity in seen:
+                continue
+            seen.add(identity)
+            found = _probe(python)
+            probed.append(found)
+            session.log(f"probed {_describe(found)}")
+            if found.get("gpu"):
+                break
+        _chosen_host = (next((f for f in probed if f.get("gpu")), None)
+                        or next((f for f in probed if "torch" in f), None)
+                        or _nox_host())
+    return _chosen_host
+
+
+def _share_host_packages(session: nox.Session, host: dict | None) -> None:
+    """Let the session's virtualenv import the host Python's packages (or, with None, stop it)."""
+    purelib, version = session.run(
+        "python", "-c", "import sys, sysconfig; print(sysconfig.get_paths()['purelib']); "
+        "print('%d.%d' % sys.version_info[:2])", silent=True).strip().splitlines()[-2:]
+    pth = Path(purelib) / "fa_host_packages.pth"
+    pth.unlink(missing_ok=True)
+    if host is None:
+        return
+    if host["version"] != version:  # compiled packages of another Python would not import
+        if "torch" in host:  # installing another torch would not qualify this machine's
+            session.error(f"torch and triton are installed for {host['executable']} (Python {host['version']}), "
+                          f"but this session's virtualenv is Python {version}. Run the session with that "
+                          f"Python: `python -m nox -s {session.name} --force-python {host['executable']}`.")
+        session.warn(f"not sharing the packages of {host['executable']} (Python {host['version']}) "
+                     f"with this Python {version} virtualenv")
+        return
+    session.log(f"sharing the packages of {_describe(host)}")
+    pth.write_text("".join(d + "\n" for d in host["site_dirs"]))
 
 
 def _missing_modules(session: nox.Session) -> list[str]:
@@ -64,8 +162,13 @@ def _missing_modules(session: nox.Session) -> list[str]:
     return session.run("python", "-c", probe, silent=True).split()
 
 
-def install_dependencies(session: nox.Session) -> None:
-    _share_host_packages(session, share=os.environ.get("FA_ISOLATED", "0") in ("", "0"))
+def install_dependencies(session: nox.Session, *, gpu: bool = False) -> None:
+    """Share a host Python's packages (for `gpu` sessions the one whose torch sees
+    the GPU, else the one running nox) and install only what is still missing."""
+    if os.environ.get("FA_ISOLATED", "0") not in ("", "0"):
+        _share_host_packages(session, None)
+    else:
+        _share_host_packages(session, _torch_host(session) if gpu else _nox_host())
     missing = _missing_modules(session)
     if missing:
         session.install(*(REQUIREMENTS[m] for m in missing))
@@ -81,7 +184,7 @@ def conformance(session: nox.Session) -> None:
     Extra arguments go to `python -m conformance run`, e.g.
     `nox -s conformance -- --tier full` or `-- --kernel flash_attention=my.module:fn`.
     """
-    install_dependencies(session)
+    install_dependencies(session, gpu=True)
     session.run("python", "-m", "conformance", "run", *session.posargs)
 
 
@@ -102,7 +205,7 @@ def mutants(session: nox.Session) -> None:
     catalog (smoke on the CPU interpreter, standard on a GPU). Extra arguments go to
     `python -m mutants`, e.g. `nox -s mutants -- --tier standard --max-kills 3 --out DIR`.
     """
-    install_dependencies(session)
+    install_dependencies(session, gpu=True)
     session.run("python", "-m", "mutants", *session.posargs)
 
 
@@ -111,7 +214,7 @@ def flake(session: nox.Session) -> None:
     """False alarms of the bundled (correct) kernels: the backend's flake set under 20
     seeds, reported per case group in DIR/flake.md (nightly; ~5 min with -n 2 on 2 CPU cores).
     Extra arguments go to `python -m conformance flake`, e.g. `-- -n 2 --out DIR`."""
-    install_dependencies(session)
+    install_dependencies(session, gpu=True)
     session.run("python", "-m", "conformance", "flake", *session.posargs)
 
 
@@ -123,7 +226,7 @@ def benchmark(session: nox.Session) -> None:
     the plot: PNG if matplotlib is installed, else SVG). Extra arguments go to
     benchmarks/flash_benchmark.py, e.g. `nox -s benchmark -- --quick` or `-- --out DIR`.
     """
-    install_dependencies(session)
+    install_dependencies(session, gpu=True)
     session.run("python", "benchmarks/flash_benchmark.py", *session.posargs)
 
 
@@ -145,7 +248,7 @@ def matrix(session: nox.Session, triton: str) -> None:
     re-renders reports/matrix/<label>/matrix.md. Extra arguments go to
     `python -m conformance.matrix_job` (e.g. `-- -n 2`, `-- --label h100`).
     """
-    _share_host_packages(session, share=False)
+    _share_host_packages(session, None)
     session.install(REQUIREMENTS["torch"], MATRIX_NUMPY.get(triton, "numpy"),
                     *(REQUIREMENTS[m] for m in ("pytest", "xdist", "hypothesis", "tabulate", "packaging")))
     session.install(f"triton=={triton}")  # after torch, whose CUDA builds pin a triton of their own
@@ -153,4 +256,4 @@ def matrix(session: nox.Session, triton: str) -> None:
 
 
 if __name__ == "__main__":  # `python noxfile.py` is not how to run this file
-    sys.exit("run `nox -s conformance` or `nox -s tests`")
+    sys.exit("run `python -m nox -s conformance` or `python -m nox -s tests`")

@@ -6,7 +6,9 @@ reductions, and the casts between the input dtype and fp32; dropout cases also u
 tl.philox_impl (the kernels draw their Philox words directly, not through tl.rand).
 They use no atomics. When a case fails (fail, nonfinite or error, also under a known
 issue) on a backend where one of those probes failed, its results line gets
-`backend_fault: "likely backend fault: bf16 tl.dot"`.
+`backend_fault: "likely backend fault: bf16 tl.dot"`. A probe failing under a known
+issue (`xfail`, its own verdict kept in `rule_verdict`) still counts: a documented
+hardware property is still the likely cause, and the note names the issue.
 """
 
 from __future__ import annotations
@@ -43,17 +45,27 @@ def backend_fault(line: dict, probe_lines: list[dict]) -> str | None:
     """"likely backend fault: ..." for a failing case whose primitives failed a probe, else None.
 
     A probe the profile works around (e.g. emulate_bf16 on the interpreter) is still
-    named, with that note: the workaround may be what broke."""
+    named, with that note: the workaround may be what broke. So is a probe that fails
+    under a known issue (xfail; its `rule_verdict` is fail or error), with the issue's id."""
     if line.get("rule_verdict", line.get("verdict")) not in _CASE_FAILURES:
         return None
-    failed = {probe["case"]: probe for probe in probe_lines if probe.get("verdict") in _PROBE_FAILURES}
+    failed = {probe["case"]: probe for probe in probe_lines
+              if probe.get("rule_verdict", probe.get("verdict")) in _PROBE_FAILURES}
     culprits = [failed[probe_id] for probe_id in relied_probes(line) if probe_id in failed]
     if not culprits:
         return None
-    names = [probe.get("primitive") or probe["case"] for probe in culprits]
-    names = [f"{name} (worked around here: {probe['worked_around']})" if probe.get("worked_around") else name
-             for name, probe in zip(names, culprits)]
-    return "likely backend fault: " + ", ".join(names)
+    return "likely backend fault: " + ", ".join(_culprit_name(probe) for probe in culprits)
+
+
+def _culprit_name(probe: dict) -> str:
+    """'bf16 tl.dot', with notes: '(worked around here: emulate_bf16)', '(known issue ID)'."""
+    notes = []
+    if probe.get("worked_around"):
+        notes.append(f"worked around here: {probe['worked_around']}")
+    if probe.get("known_issue"):
+        notes.append(f"known issue {probe['known_issue']['id']}")
+    name = probe.get("primitive") or probe["case"]
+    return f"{name} ({'; '.join(notes)})" if notes else name
 
 
 def with_backend_fault(line: dict, probe_lines: list[dict]) -> dict:

@@ -1,8 +1,9 @@
 """`python -m conformance list | run | report`.
 
     list   --tier TIER                    one case id per line, nothing else on stdout
-    run    [--tier TIER|auto] [--case ID ...] [--out DIR] [--backend KEY]
-           [--kernel OP=MOD:FN ...] [-n N|auto] [--seeds N] [--distribution SPEC]
+    run    [--tier TIER|auto] [--case ID ...] [--op OP ...] [--out DIR] [--backend KEY]
+           [--kernel OP=MOD:FN|OP=sdpa:BACKEND ...] [--capabilities FILE] [--dropout-mask MOD:FN]
+           [-n N|auto] [--seeds N] [--distribution SPEC]
            [--resume DIR] [--[no-]isolate] [--case-timeout S] [--[no-]check-determinism]
                                           runs pytest in-process with the plugin
                                           (conformance/run_options.py explains the last ones)
@@ -27,13 +28,13 @@ from pathlib import Path
 
 from conformance import backends, flake, run_options
 from conformance.compile_only import command as compile_command
-from conformance.catalog import select
+from conformance.catalog import OPS, select
 from conformance.tiers import TIERS
 from conformance.distributions import parse_optional
 from conformance.implementations import Implementations
 from conformance.reporting import commands as reporting_commands
 from conformance.results import default_run_dir
-from conformance.selection import recorded_lines, reseeded
+from conformance.selection import of_ops, recorded_lines, reseeded
 from conformance.verdicts import run_failed
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -64,7 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", metavar="DIR", help="report folder (default reports/runs/<time>-<backend>)")
     run.add_argument("--backend", metavar="KEY", help="interpreter or cuda:sm_XY (default: detected)")
     run.add_argument("--kernel", action="append", default=[], metavar="OP=MOD:FN",
-                     help="judge this implementation instead of the bundled kernel")
+                     help="judge this implementation instead of the bundled kernel (or OP=sdpa:BACKEND)")
+    run.add_argument("--op", action="append", default=[], choices=OPS,
+                     help="only this operator's cases of the tier (repeatable)")
+    run.add_argument("--capabilities", metavar="FILE",
+                     help="TOML file declaring what the judged implementations support (conformance/capabilities.py)")
+    run.add_argument("--dropout-mask", action="append", default=[], metavar="[OP=]MOD:FN",
+                     help="recompute the keep mask of a kernel that returns (seed, offset) (conformance/dropout.py)")
     run_options.add_arguments(run)  # -n, --seeds, --distribution, --resume, --isolate, ...
 
     reporting_commands.add_parsers(commands)  # report, diff, matrix
@@ -98,17 +105,29 @@ def _selection(tier: str, case_ids: list[str], profile) -> tuple[str, list]:
     return label, cases
 
 
-def _implementations(specs: list[str]) -> Implementations:
+def _implementations(selection: dict) -> Implementations:
+    """The selection's implementations, each imported and its declaration read: UsageError naming
+    the option (--kernel, --dropout-mask, --capabilities) for anything that does not load."""
     try:
-        implementations = Implementations.from_specs(specs)
+        implementations = Implementations.from_selection(selection)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     for op, target in implementations.overrides.items():
-        try:
-            implementations.resolve(op)
-        except Exception as exc:  # whatever the user's module raises on import
-            raise UsageError(f"argument --kernel: cannot load {op}={target}: {type(exc).__name__}: {exc}") from None
+        _load(f"--kernel: cannot load {op}={target}", implementations.resolve, op)
+    for op, target in implementations.dropout_masks.items():
+        _load(f"--dropout-mask: cannot load {target}", implementations.dropout_mask, op)
+    for op in OPS:
+        where = "--capabilities" if implementations.capabilities_file else "--kernel"
+        _load(f"{where}: bad capabilities of {op}", implementations.capabilities, op)
     return implementations
+
+
+def _load(what: str, load, op: str) -> None:
+    try:
+        load(op)
+    except Exception as exc:  # whatever the user's module raises on import
+        message = str(exc).removeprefix("argument --kernel: ")
+        raise UsageError(f"argument {what}: {type(exc).__name__}: {message}") from None
 
 
 def command_list(args) -> int:
@@ -133,8 +152,11 @@ def _run_selection(args) -> tuple[dict, backends.BackendProfile, list]:
     except ValueError as exc:
         raise UsageError(f"argument {exc}") from None
     profile = _profile(selection["backend"], activate=True)  # before anything imports the kernels
-    _implementations(selection["kernels"])
+    _implementations(selection)
     _, cases = _selection(selection["tier"], selection["cases"], profile)
+    cases = of_ops(cases, selection["ops"])
+    if not cases:
+        raise UsageError(f"argument --op: no case of {', '.join(selection['ops'])} selected")
     try:
         cases = reseeded(cases, selection["seeds"])
         parse_optional(selection["distribution"])

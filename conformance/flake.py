@@ -201,7 +201,7 @@ def command_flake(args) -> int:
         raise cli.UsageError(f"argument --tier: {exc}") from None
     out = args.resume or args.out or str(default_run_dir(f"flake-{profile.key}"))
     run_args = dict(vars(args), tier="auto", case=[] if args.resume else [case.id for case in base],
-                    kernel=[], out=out)
+                    kernel=[], capabilities=None, dropout_mask=[], op=[], out=out)
     if args.resume:
         run_args.update(seeds=None, backend=None)
     code = cli.command_run(type(args)(**run_args))

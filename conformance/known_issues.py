@@ -8,6 +8,11 @@ every case it launched and converts the rule's verdict with `apply_known_issue()
 failing cases become `xfail`, passing ones `xpass` (which fails the run, so a
 stale entry cannot linger). The file format is documented in the file itself.
 
+An entry whose scope names `probe` (primitive probe ids, conformance/probes.py)
+covers probe lines instead of cases: `match_probe()`, asked by `run_probe()`,
+with only backend, arch and triton narrowing it further. An entry without
+`probe` covers cases only.
+
 Validation is strict on purpose: a misspelt scope key silently ignored would
 widen the entry to every case and hide real failures.
 """
@@ -40,7 +45,9 @@ _CASE_SCOPE = ("op", "direction", "dtype", "head_dim", "causal", "layout", *SHAP
 _INTEGER_SCOPE = frozenset({"head_dim", *SHAPE_FIELDS})
 # `feature` admits a case having any of the listed catalog features (lse, total, dropout, layout, dist).
 FEATURE_NAMES = tuple(feature.field for feature in FEATURES)
-_SCOPE_KEYS = {"backend", "arch", "triton", "implementation", "feature", *_CASE_SCOPE}
+_SCOPE_KEYS = {"backend", "arch", "triton", "implementation", "feature", "probe", *_CASE_SCOPE}
+# The keys that may narrow a probe entry (one with `probe` in its scope); the rest describe cases.
+_PROBE_SCOPE_KEYS = frozenset({"probe", "backend", "arch", "triton"})
 _COMPARISON = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*(\d+)\s*")
 _OPERATORS = {">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
               ">": operator.gt, "<": operator.lt}
@@ -77,21 +84,35 @@ class KnownIssue:
     scope: dict
     triton: SpecifierSet | None = None
 
-    def matches(self, case: Case, profile, triton_version: str | None,
-                implementation: str | None = None) -> bool:
-        """True iff every scope field of this entry admits the given run and case."""
+    @property
+    def covers_probes(self) -> bool:
+        """True for an entry scoped by `probe`: it matches probe lines, never cases."""
+        return "probe" in self.scope
+
+    def _admits_run(self, profile, triton_version: str | None) -> bool:
+        """Backend, arch and Triton version: the scope fields of cases and probes alike."""
         if "backend" in self.scope and not ({profile.name, profile.key} & set(self.scope["backend"])):
             return False
         if "arch" in self.scope and profile.arch not in self.scope["arch"]:
+            return False
+        return self.triton is None or _version_in(triton_version, self.triton)
+
+    def matches(self, case: Case, profile, triton_version: str | None,
+                implementation: str | None = None) -> bool:
+        """True iff every scope field of this (case) entry admits the given run and case."""
+        if self.covers_probes or not self._admits_run(profile, triton_version):
             return False
         if "implementation" in self.scope and implementation not in self.scope["implementation"]:
             return False
         if any(name in self.scope and not any(_admits(allowed, getattr(case, name)) for allowed in self.scope[name])
                for name in _CASE_SCOPE):
             return False
-        if "feature" in self.scope and not case_features(case) & set(self.scope["feature"]):
-            return False
-        return self.triton is None or _version_in(triton_version, self.triton)
+        return "feature" not in self.scope or bool(case_features(case) & set(self.scope["feature"]))
+
+    def matches_probe(self, probe_id: str, profile, triton_version: str | None) -> bool:
+        """True iff this (probe) entry names `probe_id` and admits the given run."""
+        return (self.covers_probes and probe_id in self.scope["probe"]
+                and self._admits_run(profile, triton_version))
 
     def record(self) -> dict:
         """The entry as stored in a results line."""
@@ -135,8 +156,26 @@ def _entry_from_toml(raw: dict, where: str) -> KnownIssue:
     return KnownIssue(raw["id"], raw["description"], raw["reason"], scope, triton)
 
 
+def _probe_ids() -> tuple[str, ...]:
+    # Imported here, not at the top: conformance.probes imports the runner, which imports
+    # this module (and probes bring torch, which reading the registry otherwise does not need).
+    from conformance.probes import PROBE_IDS
+
+    return PROBE_IDS
+
+
 def _scope_value_problem(scope: dict) -> str | None:
-    """What is wrong with the values of a scope (unknown feature, bad integer or range), or None."""
+    """What is wrong with the values of a scope (unknown feature or probe, bad integer or
+    range, case keys next to `probe`), or None."""
+    if "probe" in scope:
+        case_keys = sorted(set(scope) - _PROBE_SCOPE_KEYS)
+        if case_keys:
+            return (f"a probe entry is narrowed only by {', '.join(sorted(_PROBE_SCOPE_KEYS - {'probe'}))}; "
+                    f"case scope keys {case_keys} cannot go with 'probe'")
+        known_probes = _probe_ids()
+        unknown = [name for name in scope["probe"] if name not in known_probes]
+        if unknown:
+            return f"unknown probe {unknown[0]!r} (known: {', '.join(known_probes)})"
     unknown = [name for name in scope.get("feature", ()) if name not in FEATURE_NAMES]
     if unknown:
         return f"unknown feature {unknown[0]!r} (known: {', '.join(FEATURE_NAMES)})"
@@ -181,6 +220,16 @@ def match(case: Case, profile, triton_version: str | None, implementation: str |
     entries = load_registry() if registry is None else registry
     for entry in entries:
         if entry.matches(case, profile, triton_version, implementation):
+            return entry
+    return None
+
+
+def match_probe(probe_id: str, profile, triton_version: str | None,
+                registry: tuple[KnownIssue, ...] | None = None) -> KnownIssue | None:
+    """The first registry entry scoped by `probe` that covers this probe on this backend, or None."""
+    entries = load_registry() if registry is None else registry
+    for entry in entries:
+        if entry.matches_probe(probe_id, profile, triton_version):
             return entry
     return None
 

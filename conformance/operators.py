@@ -13,8 +13,10 @@ from typing import Callable
 
 import torch
 
+from conformance import returns
 from conformance.catalog import Case
 from conformance.inputs import dropout_seed
+from conformance.returns import Returned
 
 # Reference paths of one case: (case, detached inputs, do or None, precision, dropout replay) -> tensors
 TorchPath = Callable[[Case, dict, "torch.Tensor | None", object, object], dict]
@@ -25,8 +27,10 @@ class Operator:
     """How to exercise one operator.
 
     inputs:   input name -> "q" (batch, heads, seq_q, head_dim) or "kv" (batch, kv_heads, seq_k, head_dim)
-    call:     (implementation, case, inputs by name) -> whatever it returns
-    outputs:  (case, that return value) -> {tensor name: tensor} for forward cases
+    call:     (implementation, case, inputs by name, seed_offset) -> whatever it returns;
+              seed_offset: ask for the dropout RNG state (conformance.dropout's seed/offset protocol)
+    outputs:  (case, that return value, seed_offset) -> conformance.returns.Returned (tensors by
+              name, the return convention seen, the RNG state)
     torch_path: the reference / same-precision tensors of a case (forward outputs or gradients)
     term_sizes: (case, detached inputs) -> {tensor name: size of the terms it is computed
               from}, for tensors whose fp32 rounding is set by terms larger than the result
@@ -46,35 +50,34 @@ class Operator:
 
 # --------------------------------------------------------------------------- flash_attention
 
-def _flash_extras(case: Case) -> dict:
+def _flash_extras(case: Case, seed_offset: bool) -> dict:
     """Keyword arguments beyond (q, k, v, causal) that a case needs; omitted when
-    unused so implementations without those features still run the other cases."""
+    unused so implementations without those features still run the other cases.
+    Dropout: a seed the kernel's mask replays from, or (seed_offset) a request for the
+    RNG state the kernel drew (conformance.dropout)."""
     extras = {}
     if case.lse:
         extras["return_log_normalizer"] = True
     if case.total:
         extras["return_total_attention"] = True
-    if case.dropout:
+    if case.dropout and seed_offset:
+        extras.update(dropout_p=case.dropout, return_seed_offset=True)
+    elif case.dropout:
         extras.update(dropout_p=case.dropout, dropout_seed=dropout_seed(case))
     return extras
 
 
-def _flash_call(function, case: Case, inputs: dict):
-    return function(inputs["q"], inputs["k"], inputs["v"], causal=case.causal, **_flash_extras(case))
+def _flash_call(function, case: Case, inputs: dict, seed_offset: bool = False):
+    return function(inputs["q"], inputs["k"], inputs["v"], causal=case.causal, **_flash_extras(case, seed_offset))
 
 
 def _flash_output_names(case: Case) -> list[str]:
     return ["out"] + [name for name, wanted in (("lse", case.lse), ("total", case.total)) if wanted]
 
 
-def _flash_outputs(case: Case, result) -> dict:
-    """`out` alone, or the tuple (out, lse, total) holding only the requested extras."""
-    names = _flash_output_names(case)
-    if len(names) == 1:
-        return {"out": result}
-    if not (isinstance(result, (tuple, list)) and len(result) == len(names)):
-        raise TypeError(f"expected the tuple ({', '.join(names)}), got {type(result).__name__}")
-    return dict(zip(names, result))
+def _flash_outputs(case: Case, result, seed_offset: bool = False) -> Returned:
+    """`out` alone, or a tuple of the requested extras in either convention (conformance.returns)."""
+    return returns.parse(result, _flash_output_names(case), seed_offset=bool(seed_offset and case.dropout))
 
 
 def _flash_torch_path(case: Case, inputs: dict, do, precision, dropout) -> dict:
@@ -124,7 +127,7 @@ FLASH_ATTENTION = Operator(
 
 # --------------------------------------------------------------------------- piecewise_attention
 
-def _piecewise_call(function, case: Case, inputs: dict):
+def _piecewise_call(function, case: Case, inputs: dict, seed_offset: bool = False):
     return function(inputs["q1"], inputs["k1"], inputs["q2"], inputs["k2"], inputs["v"], case.dist,
                     causal=case.causal)
 
@@ -145,7 +148,7 @@ PIECEWISE_ATTENTION = Operator(
     name="piecewise_attention",
     inputs={"q1": "q", "k1": "kv", "q2": "q", "k2": "kv", "v": "kv"},
     call=_piecewise_call,
-    outputs=lambda case, result: {"out": result},
+    outputs=lambda case, result, seed_offset=False: returns.parse(result, ["out"]),
     torch_path=_piecewise_torch_path,
 )
 

@@ -93,6 +93,8 @@ class ConformanceState:
         """What an isolated worker needs to run cases as this process would (conformance.worker)."""
         return {"backend": self.profile.key, "backend_option": self.backend_option,
                 "kernels": list(self.selection.get("kernels") or []), "device_index": self.device_index,
+                "capabilities": self.selection.get("capabilities"),
+                "dropout_masks": list(self.selection.get("dropout_masks") or []),
                 "check_determinism": self.run_options.get("check_determinism", False),
                 "distribution": self.selection.get("distribution")}
 
@@ -118,6 +120,12 @@ def pytest_addoption(parser):
                     help="backend profile, e.g. interpreter or cuda:sm_90 (default: detected)")
     group.addoption("--conformance-kernel", action="append", default=[], metavar="OP=MOD:FN",
                     help="judge this implementation of OP instead of the bundled kernel")
+    group.addoption("--conformance-op", action="append", default=[], metavar="OP",
+                    help="only this operator's cases (repeatable)")
+    group.addoption("--conformance-capabilities", default=None, metavar="FILE",
+                    help="TOML file declaring what the judged implementations support")
+    group.addoption("--conformance-dropout-mask", action="append", default=[], metavar="[OP=]MOD:FN",
+                    help="recompute the keep mask of a kernel that returns (seed, offset)")
     group.addoption("--conformance-seeds", type=int, default=None, metavar="N",
                     help="run every selected case under seeds 0..N-1")
     group.addoption("--conformance-distribution", default=None, metavar="SPEC",
@@ -155,7 +163,7 @@ def _switch(config, option: str, gpu: bool) -> bool:
 def _state_from_options(config, selection: dict, device_index: int | None = None) -> ConformanceState:
     try:
         profile = backends.activate(selection["backend"])
-        implementations = Implementations.from_specs(selection["kernels"])
+        implementations = Implementations.from_selection(selection)
         distribution = parse_optional(selection["distribution"])
         tier, cases = selected_cases(selection, profile)
     except ValueError as exc:
@@ -326,6 +334,9 @@ class ResultsRecorder:
             env = fingerprint(state.profile, tier=state.tier, implementations=state.implementations.describe(),
                               command=command_line())
             env["selection"] = state.selection
+            declarations = state.implementations.declarations()
+            if declarations:
+                env["capabilities"] = declarations
             if state.resuming:
                 env = resumed_env(state.run_dir(), env)
             state.writer = ResultsWriter(state.run_dir(), env, append=state.resuming)

@@ -8,6 +8,11 @@ with torch under a tolerance stated with its reason. Its results line
 cases; a failing case whose kernels rely on a failing probe's primitive is marked
 "likely backend fault: ..." (`backend_fault`, see conformance/attribution.py).
 
+A documented property of the backend is an entry of the known-issue registry
+scoped by `probe` (conformance/known_issues.toml): a failing probe it covers is
+`xfail`, a passing one `xpass` (a stale entry, which fails `probes` and the run);
+the line keeps the probe's own verdict as `rule_verdict` and the entry as `known_issue`.
+
     python -m conformance probes [--backend KEY] [--probe ID ...]
 """
 
@@ -21,8 +26,9 @@ from typing import Callable
 import numpy as np
 import torch
 
+from conformance import known_issues, verdicts
 from conformance import probe_measures as measures
-from conformance import verdicts
+from conformance.environment import triton_version
 from conformance.probe_measures import TF32_UNIT_ROUNDOFF, Measurement
 from conformance.runner import error_fields
 
@@ -130,12 +136,15 @@ def reproduce_command(probe: Probe, backend_option: str | None) -> str:
     return shlex.join(["python", "-m", "conformance", "probes", *backend, "--probe", probe.id])
 
 
-def run_probe(probe: Probe, profile, backend_option: str | None = None) -> dict:
-    """Run one probe on `profile`'s device; its results line."""
+def run_probe(probe: Probe, profile, backend_option: str | None = None, registry=None) -> dict:
+    """Run one probe on `profile`'s device; its results line.
+
+    registry: known-issue entries (default: the bundled known_issues.toml); one scoped
+    by this probe turns a fail or error into xfail and a pass into xpass."""
     started = time.perf_counter()
     line = {"case": probe.id, "kind": "probe", "probe": probe.name, "dtype": probe.dtype,
-            "primitive": probe.primitive, "verdict": None, "reason": "", "max_error": None,
-            "tolerance": None, "unit": probe.unit, "tolerance_basis": probe.basis,
+            "primitive": probe.primitive, "verdict": None, "rule_verdict": None, "reason": "",
+            "max_error": None, "tolerance": None, "unit": probe.unit, "tolerance_basis": probe.basis,
             "worked_around": None, "backend": profile.key, "duration_s": None,
             "reproduce": reproduce_command(probe, backend_option)}
     unsupported = unsupported_reason(probe, profile)
@@ -143,6 +152,14 @@ def run_probe(probe: Probe, profile, backend_option: str | None = None) -> dict:
         line.update(verdict=verdicts.UNSUPPORTED, reason=unsupported)
     else:
         line.update(_judge(probe, profile))
+    line["rule_verdict"] = line["verdict"]
+    if line["verdict"] != verdicts.UNSUPPORTED:
+        issue = known_issues.match_probe(probe.id, profile, triton_version(), registry)
+        line["verdict"] = known_issues.apply_known_issue(line["rule_verdict"], issue)
+        if issue is not None:
+            line["known_issue"] = issue.record()
+        if line["verdict"] == verdicts.XPASS:
+            line["reason"] = f"known issue {issue.id} no longer fails: remove its registry entry"
     line["duration_s"] = round(time.perf_counter() - started, 4)
     return line
 
@@ -165,9 +182,9 @@ def _judge(probe: Probe, profile) -> dict:
     return {"verdict": verdicts.FAIL, "reason": reason, **fields}
 
 
-def run_probes(profile, probe_ids=(), backend_option: str | None = None) -> list[dict]:
+def run_probes(profile, probe_ids=(), backend_option: str | None = None, registry=None) -> list[dict]:
     """Results lines of the selected probes (all by default) on `profile`, which must be active."""
-    return [run_probe(probe, profile, backend_option) for probe in select(probe_ids)]
+    return [run_probe(probe, profile, backend_option, registry) for probe in select(probe_ids)]
 
 
 def is_probe_line(line: dict) -> bool:
@@ -175,12 +192,15 @@ def is_probe_line(line: dict) -> bool:
 
 
 def tolerance_notes(lines: list[dict]) -> list[str]:
-    """Why the tolerance of each failing probe is what it is, one line each."""
+    """Why the tolerance of each failing probe (also under a known issue) is what it is, one line each."""
     return [f"{line['case']} tolerance: {line['tolerance_basis']}" for line in lines
-            if is_probe_line(line) and line["verdict"] == verdicts.FAIL and line.get("tolerance_basis")]
+            if is_probe_line(line) and line.get("rule_verdict", line["verdict"]) == verdicts.FAIL
+            and line.get("tolerance_basis")]
 
 
 def unhandled_failures(lines: list[dict]) -> list[dict]:
-    """Failing or erroring probes that the profile does not work around."""
-    return [line for line in lines if is_probe_line(line) and line["verdict"] in (verdicts.FAIL, verdicts.ERROR)
-            and not line.get("worked_around")]
+    """Failing or erroring probes that neither the profile works around nor a known issue
+    covers (those are xfail), and xpass probes: a known issue that no longer fails."""
+    return [line for line in lines if is_probe_line(line) and (
+        line["verdict"] == verdicts.XPASS
+        or line["verdict"] in (verdicts.FAIL, verdicts.ERROR) and not line.get("worked_around"))]

@@ -26,6 +26,9 @@ SELECTION_ARGUMENTS = {
     "kernels": ("kernel", "--conformance-kernel"),
     "backend": ("backend", "--conformance-backend"),
     "distribution": ("distribution", "--conformance-distribution"),
+    "capabilities": ("capabilities", "--conformance-capabilities"),
+    "dropout_masks": ("dropout_mask", "--conformance-dropout-mask"),
+    "ops": ("op", "--conformance-op"),
 }
 _SWITCHES = {"isolate": "--conformance-isolate", "check_determinism": "--conformance-determinism"}
 

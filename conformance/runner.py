@@ -17,20 +17,23 @@ from __future__ import annotations
 
 import time
 import traceback
+from dataclasses import dataclass
 
 import torch
 from reference import MATCHED
 
 from conformance import determinism, known_issues, verdicts
+from conformance.capabilities import NotSupported
 from conformance.catalog import Case
 from conformance.comparison_paths import comparison_paths
 from conformance.distributions import Distribution
-from conformance.dropout import dropout_replay
+from conformance.dropout import dropout_replay, seed_rng_for_call
 from conformance.environment import triton_version
 from conformance.implementations import Implementations, reproduce_command
 from conformance.inputs import DTYPE_NAMES, TORCH_DTYPES, Inputs, make_inputs
 from conformance.operators import OPERATORS, Operator
 from conformance.reporting import summary
+from conformance.returns import Returned
 from conformance.rule import BOUND, compare_tensor
 
 _TRACEBACK_LINES = 20
@@ -83,11 +86,14 @@ def run_case(case: Case, profile, implementations: Implementations, *,
                      reproduce_command(case.id, backend_option, implementations, distribution_args(distribution)))
     if distribution is not None:
         line["distribution"] = distribution.spec
-    unsupported = case.unsupported_reason(profile)
+    unsupported = case.unsupported_reason(profile) or _undeclared(case, implementations)
     if unsupported:
         line.update(verdict=verdicts.UNSUPPORTED, rule_verdict=verdicts.UNSUPPORTED, reason=unsupported)
     else:
         line.update(_judge(case, profile.device, implementations, check_determinism, distribution))
+    if line["rule_verdict"] == verdicts.UNSUPPORTED:
+        line["verdict"] = verdicts.UNSUPPORTED
+    else:
         issue = known_issues.match(case, profile, triton_version(), implementation, registry)
         line["verdict"] = known_issues.apply_known_issue(line["rule_verdict"], issue)
         if issue is not None:
@@ -97,6 +103,16 @@ def run_case(case: Case, profile, implementations: Implementations, *,
     _release_memory(profile.device)
     line["duration_s"] = round(time.perf_counter() - started, 4)
     return line
+
+
+def _undeclared(case: Case, implementations: Implementations) -> str | None:
+    """Why the implementation's declared capabilities exclude `case`, or None. A declaration
+    that cannot be read was a usage error already; here it leaves the case to run (and err)."""
+    try:
+        declaration, _ = implementations.capabilities(case.op)
+    except Exception:
+        return None
+    return declaration.unsupported_reason(case) if declaration is not None else None
 
 
 def distribution_args(distribution: Distribution | None) -> list[str]:
@@ -112,23 +128,28 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
     check_determinism = check_determinism and case.direction == "fwd"
     try:
         function = implementations.resolve(case.op)
+        mask_function = implementations.dropout_mask(case.op)
     except Exception as exc:  # the user's --kernel module does not import
         return {"rule_verdict": verdicts.ERROR, **error_fields(exc, prefix="importing the implementation: ")}
+    launch = _Launch(case, op, inputs, function, implementations, device, seed_offset=mask_function is not None)
     try:
-        kernel = _run_kernel(case, op, inputs, function, implementations, device)
+        returned = launch.run()
+        kernel = returned.tensors
         if check_determinism:
             kernel = determinism.snapshot(kernel)
-            differing = determinism.differing_tensors(
-                kernel, _run_kernel(case, op, inputs, function, implementations, device))
-        replay = dropout_replay(case, function)
+            differing = determinism.differing_tensors(kernel, launch.run().tensors)
+        replay = dropout_replay(case, function, returned.seed_offset, mask_function)
+    except NotSupported as refusal:  # a built-in peer adapter refused before launching
+        return {"rule_verdict": verdicts.UNSUPPORTED, "reason": str(refusal)}
     except KernelFailure as failure:
         return {"rule_verdict": verdicts.ERROR, **error_fields(failure.__cause__ or failure)}
     except TypeError as exc:  # no way to replay its dropout mask
         return {"rule_verdict": verdicts.ERROR, **error_fields(exc)}
+    convention = {"return_convention": returned.convention} if returned.convention else {}
     paths = comparison_paths(case, op, inputs, replay)
     contract_problem = _contract_problem(case, kernel, paths.reference)
     if contract_problem:
-        return {"rule_verdict": verdicts.ERROR, "reason": f"output contract: {contract_problem}"}
+        return {"rule_verdict": verdicts.ERROR, "reason": f"output contract: {contract_problem}", **convention}
     tensors = [compare_tensor(name, kernel[name], paths.torch_paths[name], ref, _expected_dtype(case, name),
                               bad_input=paths.bad_input_regions.get(name), term_size=paths.term_sizes.get(name, 0.0))
                for name, ref in paths.reference.items()]
@@ -140,27 +161,49 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
         verdict, reason = determinism.verdict_after_check(verdict, reason, differing)
         extra["deterministic"] = not differing
     return {"rule_verdict": verdict, "reason": reason, "tensors": tensors,
-            "worst_ratio": worst_ratio(tensors), **extra}
+            "worst_ratio": worst_ratio(tensors), **convention, **extra}
 
 
-def _run_kernel(case: Case, op: Operator, inputs: Inputs, function, implementations: Implementations,
-                device: str) -> dict:
-    """The implementation's forward outputs (fwd) or input gradients (bwd), by name."""
-    try:
-        with implementations.launch_context(case.op):
-            if case.direction == "fwd":
-                with torch.no_grad():
-                    tensors = op.outputs(case, op.call(function, case, inputs.tensors))
-            else:
-                out = op.call(function, case, inputs.tensors)
-                if not isinstance(out, torch.Tensor):
-                    raise TypeError(f"expected the output tensor, got {type(out).__name__}")
-                grads = torch.autograd.grad(out, list(inputs.tensors.values()), inputs.do)
-                tensors = dict(zip(op.gradient_names(), grads))
-            _synchronize(device)  # asynchronous launch failures belong to the kernel
-    except Exception as exc:
-        raise KernelFailure(str(exc)) from exc
-    return tensors
+@dataclass
+class _Launch:
+    """One call of the implementation on a case's inputs, repeatable (determinism check)."""
+
+    case: Case
+    op: Operator
+    inputs: Inputs
+    function: object
+    implementations: Implementations
+    device: str
+    seed_offset: bool = False  # the kernel owns its dropout RNG (conformance.dropout)
+
+    def run(self) -> Returned:
+        """Forward outputs (fwd) or input gradients (bwd) by name; KernelFailure if it raised."""
+        case, op = self.case, self.op
+        try:
+            with self.implementations.launch_context(case.op):
+                if self.seed_offset and case.dropout:
+                    seed_rng_for_call(case)
+                if case.direction == "fwd":
+                    with torch.no_grad():
+                        returned = op.outputs(case, self._call(), self.seed_offset)
+                else:
+                    returned = op.outputs(case, self._call(), self.seed_offset)
+                    out = returned.tensors["out"]
+                    if not isinstance(out, torch.Tensor):
+                        raise TypeError(f"expected the output tensor, got {type(out).__name__}")
+                    grads = torch.autograd.grad(out, list(self.inputs.tensors.values()), self.inputs.do)
+                    returned.tensors = dict(zip(op.gradient_names(), grads))
+                _synchronize(self.device)  # asynchronous launch failures belong to the kernel
+        except NotSupported as refusal:
+            if not self.implementations.is_builtin_adapter(case.op):
+                raise KernelFailure(str(refusal)) from refusal
+            raise
+        except Exception as exc:
+            raise KernelFailure(str(exc)) from exc
+        return returned
+
+    def _call(self):
+        return self.op.call(self.function, self.case, self.inputs.tensors, self.seed_offset)
 
 
 def _expected_dtype(case: Case, name: str) -> str:

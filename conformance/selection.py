@@ -1,7 +1,8 @@
 """A run's selection -- which cases it checks and how their inputs are made -- and resuming.
 
 The selection is what the run's options decide: tier, case ids, seeds, kernels
-(`op=module:function` specs), backend and input distribution. The plugin records
+(`op=module:function` specs), their capabilities file and dropout-mask functions,
+operators (`--op`: only their cases), backend and input distribution. The plugin records
 it in env.json (key `selection`), so that
 
     python -m conformance run --resume DIR
@@ -20,7 +21,8 @@ from conformance.catalog import Case, select
 from conformance.results import RESULTS_FILE, read_env, read_results
 
 # key -> value when the option is not given
-DEFAULTS = {"tier": "auto", "cases": [], "seeds": None, "kernels": [], "backend": None, "distribution": None}
+DEFAULTS = {"tier": "auto", "cases": [], "seeds": None, "kernels": [], "backend": None, "distribution": None,
+            "capabilities": None, "dropout_masks": [], "ops": []}
 
 
 def reseeded(cases: list[Case], seeds: int | None) -> list[Case]:
@@ -37,10 +39,15 @@ def reseeded(cases: list[Case], seeds: int | None) -> list[Case]:
     return list(unique.values())
 
 
+def of_ops(cases: list[Case], ops) -> list[Case]:
+    """The cases of these operators only (all cases when `ops` is empty)."""
+    return [case for case in cases if not ops or case.op in ops]
+
+
 def selected_cases(selection: dict, profile) -> tuple[str, list[Case]]:
     """(label for env.json, cases) of a selection; ValueError on a bad tier, id or seed count."""
     label, cases = select(selection["tier"], selection["cases"], profile)
-    return label, reseeded(cases, selection["seeds"])
+    return label, reseeded(of_ops(cases, selection.get("ops")), selection["seeds"])
 
 
 def recorded_lines(run_dir: str | Path) -> list[dict]:

@@ -14,7 +14,8 @@ parent then replaces this worker. Its own stdout and stderr go to a log file the
 parent reads after a crash, with faulthandler's traceback of the fatal signal.
 
 CONFIG_JSON: backend (profile key), backend_option, kernels (op=module:function
-specs), device_index (or null), check_determinism, distribution (spec or null).
+specs), capabilities (file or null), dropout_masks (specs), device_index (or null),
+check_determinism, distribution (spec or null).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def _serve(config: dict, channel) -> None:
         torch.cuda.set_device(config["device_index"])
     from conformance.runner import error_fields, run_case
 
-    implementations = Implementations.from_specs(config["kernels"])
+    implementations = Implementations.from_selection(config)
     options = dict(backend_option=config.get("backend_option"),
                    check_determinism=bool(config.get("check_determinism")),
                    distribution=parse_optional(config.get("distribution")))

@@ -1,7 +1,8 @@
 """`piecewise_attention`: the torch-facing operator around the piecewise kernels.
 
-FlagAttention's NLPE operator: the score of (query i, key j) is q1_i . k1_j when
-|pos(i) - j| < dist_threshold and q2_i . k2_j otherwise, pos(i) = i + Sk - Sq.
+FlagAttention's NLPE operator: the score of (query i, key j) is q2_i . k2_j when
+pos(i) - j >= dist_threshold and q1_i . k1_j otherwise, pos(i) = i + Sk - Sq
+(a signed distance: keys after pos(i) always use q1 . k1).
 Validation reuses kernels.validation (its messages renamed to this operator's
 arguments), allocation kernels.allocation, launching kernels.launch (grids split
 past CUDA's 65,535 batch x head limit), and the delta pre-pass is the flash
@@ -150,18 +151,20 @@ def piecewise_attention(q1, k1, q2, k2, v, dist_threshold, softmax_scale=None, c
 
     q1, q2: (batch, heads, seq_q, head_dim); k1, k2, v: (batch, kv_heads, seq_k,
     head_dim), kv_heads dividing heads (MQA/GQA); fp16, bf16 or fp32, all alike.
-    The score of query i and key j is q1_i . k1_j if |i + seq_k - seq_q - j| <
-    dist_threshold, else q2_i . k2_j, times softmax_scale (default
-    1/sqrt(head_dim)).  dist_threshold: a non-negative int; 0 uses q2 . k2
-    everywhere.  causal: key j visible to query i iff j <= i + seq_k - seq_q
-    (the same bottom-right alignment); rows that see no key give output 0.
+    The score of query i and key j is q2_i . k2_j if i + seq_k - seq_q - j >=
+    dist_threshold, else q1_i . k1_j, times softmax_scale (default
+    1/sqrt(head_dim)).  The distance is signed (FlagAttention's): keys after
+    the query's aligned position always use q1 . k1.  dist_threshold: a
+    non-negative int; 0 uses q2 . k2 on every key a causal mask shows.
+    causal: key j visible to query i iff j <= i + seq_k - seq_q (the same
+    bottom-right alignment); rows that see no key give output 0.
 
     Returns out, like q1.  Gradients flow to q1, k1, q2, k2 and v (dk1, dk2, dv
     summed over the query heads sharing a kv head).
     """
     tensors = {"q1": q1, "k1": k1, "q2": q2, "k2": k2, "v": v}
     threshold, scale = _validate(tensors, dist_threshold, softmax_scale, causal)
-    # Every |distance| is below seq_q + seq_k, so a larger threshold selects the
-    # same pairs; clamping keeps the kernel argument a 32-bit int.
+    # Every distance is at most seq_k - 1, so any threshold >= seq_k (seq_q + seq_k
+    # among them) selects q1 . k1 everywhere; clamping keeps it a 32-bit int.
     threshold = min(threshold, q1.shape[2] + k1.shape[2])
     return _PiecewiseAttention.apply(q1, k1, q2, k2, v, threshold, causal, scale)

@@ -2,7 +2,7 @@
 pre-pass is the flash backward's `delta_kernel`, unchanged).
 
 As in the flash backward, P is rebuilt from the stored log-normalizer and
-dS = P (dO . V - delta); dS then splits along the band: its near part feeds
+dS = P (dO . V - delta); dS then splits at the threshold: its near part feeds
 dQ1 = scale dS_near K1 and dK1 = scale dS_near^T Q1, its far part dQ2 and dK2.
 Every gradient element is owned by one program (no atomics); with GQA a dK/dV
 program loops over the query heads sharing its kv head.

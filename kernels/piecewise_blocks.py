@@ -1,9 +1,10 @@
 """Triton building blocks of piecewise attention, on top of kernels.blocks.
 
 Piecewise attention (FlagAttention's NLPE operator) scores a (query i, key j)
-pair with q1_i . k1_j when |pos(i) - j| < dist_threshold ("near") and with
-q2_i . k2_j otherwise ("far"), where pos(i) = i + seq_k - seq_q aligns the
-queries to the end of the keys, as the causal mask does.
+pair with q2_i . k2_j when pos(i) - j >= dist_threshold ("far") and with
+q1_i . k1_j otherwise ("near"), where pos(i) = i + seq_k - seq_q aligns the
+queries to the end of the keys, as the causal mask does.  The distance is
+signed, as FlagAttention's is: keys after pos(i) are always near.
 """
 
 import triton
@@ -16,7 +17,7 @@ from kernels.blocks import LOG2_E, mma, narrow, online_softmax_weights, raw_scor
 def near_pairs(rows, cols, seq_q, seq_k, dist_threshold):
     """Mask of the (query row, key col) pairs scored with q1 . k1."""
     distance = rows[:, None] + (seq_k - seq_q) - cols[None, :]
-    return tl.abs(distance) < dist_threshold
+    return distance < dist_threshold
 
 
 @triton.jit

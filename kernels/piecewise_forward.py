@@ -1,8 +1,8 @@
 """Piecewise attention forward: one program per (query block, batch x head).
 
 The flash forward's online softmax, with each tile's scores selected per pair
-from q1 . k1 (inside the distance band) or q2 . k2 (outside it).  The
-log-normalizer is stored for the backward pass.
+from q1 . k1 (signed distance below the threshold) or q2 . k2 (at or above
+it).  The log-normalizer is stored for the backward pass.
 """
 
 import triton

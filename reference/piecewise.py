@@ -1,9 +1,10 @@
 """Chunked piecewise (NLPE) attention forward and backward at a declared :class:`Precision`.
 
-The score of (query i, key j) is q1_i . k1_j when |pos(i) - j| < dist_threshold ("near") and
-q2_i . k2_j otherwise, times sm_scale, with pos(i) = i + Sk - Sq: queries aligned to the end of the
-keys, as the bottom-right causal mask is (key j visible iff j <= pos(i)). Rows with no visible key
-get out = 0, lse = -inf and contribute nothing to any gradient.
+The score of (query i, key j) is q2_i . k2_j when pos(i) - j >= dist_threshold ("far") and
+q1_i . k1_j otherwise ("near"), times sm_scale, with pos(i) = i + Sk - Sq: queries aligned to the end
+of the keys, as the bottom-right causal mask is (key j visible iff j <= pos(i)). The distance is
+signed, as FlagAttention's is: keys after pos(i) are always near, causal or not. Rows with no visible
+key get out = 0, lse = -inf and contribute nothing to any gradient.
 
 The algorithm and its layout follow ``reference.attention`` (units of (batch, kv head) with their
 G query heads, blocks of units x query rows against the visible keys, planned by
@@ -69,7 +70,7 @@ def _near(st: _Setup, row_start: int, rows: int, keys: int, device) -> Tensor:
     """(rows, keys) mask of the pairs scored with q1 . k1."""
     pos = torch.arange(row_start, row_start + rows, device=device) + (st.dims.sk - st.dims.sq)
     cols = torch.arange(keys, device=device)
-    return (pos[:, None] - cols[None, :]).abs() < st.threshold
+    return pos[:, None] - cols[None, :] < st.threshold
 
 
 def _scores(st: _Setup, qb: Tuple[Tensor, Tensor], kb: Tuple[Tensor, Tensor],

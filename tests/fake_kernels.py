@@ -123,3 +123,17 @@ def nondeterministic(q, k, v, causal=False, sm_scale=None, return_log_normalizer
         bits = {2: torch.int16, 4: torch.int32}[out.element_size()]
         out.view(bits).view(-1)[0] ^= 1
     return result
+
+
+def one_extra_too_many(q, k, v, causal=False, sm_scale=None, return_log_normalizer=False):
+    """`exact`, but with lse asked for it returns (out, lse, lse): neither convention."""
+    result = exact(q, k, v, causal, sm_scale, return_log_normalizer)
+    return (*result, result[1]) if return_log_normalizer else result
+
+
+def wrong_shape(q, k, v, causal=False, sm_scale=None, return_log_normalizer=False):
+    """`exact` with the output's last row dropped."""
+    return exact(q, k, v, causal, sm_scale)[..., :-1, :]
+
+
+not_a_function = 42

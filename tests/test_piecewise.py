@@ -17,7 +17,8 @@ import kernels.piecewise  # noqa: E402
 from conformance.rule import floor, judge, max_abs_error  # noqa: E402
 from kernels.piecewise import piecewise_attention  # noqa: E402
 from reference import MATCHED, REFERENCE, attention_forward  # noqa: E402
-from reference.piecewise import piecewise_backward, piecewise_forward  # noqa: E402
+from reference.chunking import DEFAULT_MAX_CHUNK_BYTES  # noqa: E402
+from reference.piecewise import _near, _setup, piecewise_backward, piecewise_forward  # noqa: E402
 
 DEVICE = PROFILE.device
 GRADS = ("dq1", "dk1", "dq2", "dk2", "dv")
@@ -44,7 +45,7 @@ def dense_oracle(q1, k1, q2, k2, v, do, threshold, causal, scale=None):
     k1_, k2_, v_ = (x.repeat_interleave(group, dim=1) for x in (k1_, k2_, v_))
     pos = torch.arange(sq)[:, None] + (sk - sq)
     key = torch.arange(sk)[None, :]
-    near = (pos - key).abs() < threshold
+    near = pos - key < threshold
     s = torch.where(near, q1_ @ k1_.mT, q2_ @ k2_.mT) * (scale or 1.0 / math.sqrt(d))
     visible = key <= pos if causal else torch.ones(sq, sk, dtype=torch.bool)
     empty = ~visible.any(dim=-1)
@@ -118,6 +119,61 @@ def test_reference_extremes_are_plain_attention(precision):
 
 
 # ---------------------------------------------------------------------------------------------
+# the signed distance, pinned on hand-computed selections
+
+# far[i][j] = 1 where (query i, key j) is scored with q2_i . k2_j, worked out by hand from
+# FlagAttention's rule (far iff i + Sk - Sq - j >= threshold; the distance is signed).
+HAND_FAR = {
+    # Sq < Sk: query i sits at key i + 2; far only on keys at least 2 before it.
+    (3, 5, 2): [[1, 0, 0, 0, 0],
+                [1, 1, 0, 0, 0],
+                [1, 1, 1, 0, 0]],
+    # Sq > Sk: query i sits at key i - 2; far only on keys at least 1 before it.
+    (5, 3, 1): [[0, 0, 0],
+                [0, 0, 0],
+                [0, 0, 0],
+                [1, 0, 0],
+                [1, 1, 0]],
+    # Threshold 0, not causal: keys after the aligned position (i + 2) still use q1 . k1.
+    (3, 5, 0): [[1, 1, 1, 0, 0],
+                [1, 1, 1, 1, 0],
+                [1, 1, 1, 1, 1]],
+}
+
+
+def literal_oracle(q1, k1, q2, k2, v, do, far):
+    """out and the five gradients in float64, non-causal, selecting by the literal matrix."""
+    xs = [x.detach().double().requires_grad_() for x in (q1, k1, q2, k2, v)]
+    q1_, k1_, q2_, k2_, v_ = xs
+    far = torch.tensor(far, dtype=torch.bool)
+    s = torch.where(far, q2_ @ k2_.mT, q1_ @ k1_.mT) / math.sqrt(q1.shape[-1])
+    out = torch.softmax(s, dim=-1) @ v_
+    return (out.detach(), *torch.autograd.grad(out, xs, do.double()))
+
+
+@pytest.mark.parametrize("sq,sk,threshold", list(HAND_FAR))
+def test_reference_selection_is_the_hand_computed_one(sq, sk, threshold):
+    xs = make_inputs(seed=21, h=2, hkv=2, sq=sq, sk=sk, d=16)
+    st = _setup(tuple(xs[:4]), xs[4], threshold, False, None, REFERENCE, DEFAULT_MAX_CHUNK_BYTES)
+    far = torch.tensor(HAND_FAR[sq, sk, threshold], dtype=torch.bool)
+    assert torch.equal(~_near(st, 0, sq, sk, "cpu"), far)
+    assert torch.equal(~_near(st, 1, sq - 1, sk, "cpu"), far[1:])  # a block not at row 0
+    got = run_reference(*xs, threshold, False)
+    want = literal_oracle(*xs, HAND_FAR[sq, sk, threshold])
+    for name, g, w in zip(("out",) + GRADS, (got[0], *got[2:]), want):
+        assert max_abs_error(g, w) <= 1e-10, (name, max_abs_error(g, w))
+
+
+@pytest.mark.parametrize("sq,sk,threshold", list(HAND_FAR))
+def test_kernel_selection_is_the_hand_computed_one(sq, sk, threshold):
+    xs = make_inputs(seed=22, h=2, hkv=2, sq=sq, sk=sk, d=16, dtype=torch.float32)
+    got = run_kernel(*xs, threshold, False)
+    want = literal_oracle(*xs, HAND_FAR[sq, sk, threshold])
+    for name, g, w in zip(("out",) + GRADS, got, want):
+        assert max_abs_error(g.double().cpu(), w) <= 1e-5, (name, max_abs_error(g.double().cpu(), w))
+
+
+# ---------------------------------------------------------------------------------------------
 # the kernels against the reference: the 2x rule
 
 
@@ -134,8 +190,8 @@ def assert_kernel_passes_the_rule(dtype, causal, sq, sk, threshold, d=32):
         assert verdict.passed, (name, kernel_err, torch_err, verdict.ratio)
 
 
-# Thresholds chosen so that, with the interpreter's 64 x 64 tiles, there are tiles wholly
-# outside the band, tiles across its edges and (45 x 130, T = 80) tiles wholly inside it.
+# Thresholds chosen so that, with the interpreter's 64 x 64 tiles, there are tiles across the
+# threshold, tiles wholly near (45 x 130, T = 80) and (130 x 130, T = 3) tiles wholly far.
 @pytest.mark.parametrize("sq,sk,threshold", [(70, 45, 20), (45, 130, 80), (130, 130, 3)])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])

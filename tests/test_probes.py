@@ -1,14 +1,18 @@
-"""Primitive probes on Triton's CPU interpreter, their results lines, and the
-attribution of failing cases to failed probes ("likely backend fault: ...")."""
+"""Primitive probes on Triton's CPU interpreter, their results lines, known issues
+scoped by probe (xfail / xpass), and the attribution of failing cases to failed
+probes ("likely backend fault: ...")."""
 
 import dataclasses
 import math
+import textwrap
 
 import pytest
 import torch
 
-from conformance import attribution, backends, probe_measures, probes, verdicts
-from conformance.backends import INTERPRETER
+from conformance import attribution, backends, known_issues, probe_measures, probes, verdicts
+from conformance.backends import INTERPRETER, cuda_profile
+from conformance.probe_measures import Measurement
+from conformance.reporting.summary import probe_table
 from conformance.results import from_json, to_json
 
 PROFILE = backends.activate()  # the interpreter on CPU: before any probe kernel is imported
@@ -90,6 +94,121 @@ def test_a_probe_that_raises_is_an_error():
     assert line["verdict"] == verdicts.ERROR and line["reason"] == "RuntimeError: no such instruction"
 
 
+# --- known issues scoped by probe -----------------------------------------------------
+
+def probe_registry(tmp_path, scope_lines, issue_id="demo-probe"):
+    path = tmp_path / "known_issues.toml"
+    path.write_text(textwrap.dedent(f"""
+        [[issue]]
+        id = "{issue_id}"
+        description = "a documented property of this backend"
+        reason = "measured, see the test"
+        [issue.scope]
+        """) + textwrap.dedent(scope_lines))
+    return known_issues.load_registry(path)
+
+
+# An sm_90 profile whose "device" is the CPU: the fixed probes below launch nothing.
+SIMULATED_H100 = dataclasses.replace(cuda_profile((9, 0)), device="cpu")
+
+
+def fixed_probe(passed: bool, probe_id="probe.dot[fp8e4m3]"):
+    """A probe with `probe_id` whose measurement passes or fails without launching anything."""
+    (real,) = probes.select([probe_id])
+    measured = Measurement(max_error=1e-4 if passed else 3.6e-3, tolerance=4.8e-4, detail="a 64x64x64 product")
+    return dataclasses.replace(real, measure=lambda device: measured, needs=None)
+
+
+def test_a_failing_probe_under_a_known_issue_is_xfail_and_keeps_its_own_verdict(tmp_path):
+    registry = probe_registry(tmp_path, 'probe = ["probe.dot[fp8e4m3]", "probe.dot[fp8e5m2]"]\nbackend = "interpreter"')
+    line = probes.run_probe(fixed_probe(passed=False), PROFILE, registry=registry)
+    assert line["verdict"] == verdicts.XFAIL and line["rule_verdict"] == verdicts.FAIL
+    assert line["known_issue"] == registry[0].record() and line["known_issue"]["id"] == "demo-probe"
+    assert "max error 0.0036 > tolerance 0.00048" in line["reason"]  # the probe's own reason stays
+    assert probes.unhandled_failures([line]) == []  # documented: `probes` exits 0
+    assert probes.tolerance_notes([line]) == [f"probe.dot[fp8e4m3] tolerance: {line['tolerance_basis']}"]
+    assert from_json(to_json(line)) == line
+    headers, (row,) = probe_table([line])
+    assert row[headers.index("verdict")] == "xfail (demo-probe)"
+
+
+def test_a_probe_that_raises_under_a_known_issue_is_xfail(tmp_path):
+    def broken(device):
+        raise RuntimeError("no such instruction")
+
+    registry = probe_registry(tmp_path, 'probe = "probe.dot[fp16]"')
+    probe = probes.Probe("dot", "fp16", "fp16 tl.dot", "abs", "test", broken)
+    line = probes.run_probe(probe, PROFILE, registry=registry)
+    assert line["verdict"] == verdicts.XFAIL and line["rule_verdict"] == verdicts.ERROR
+
+
+def test_a_passing_probe_under_a_known_issue_is_xpass_and_an_unhandled_failure(tmp_path):
+    registry = probe_registry(tmp_path, 'probe = "probe.dot[fp8e4m3]"')
+    line = probes.run_probe(fixed_probe(passed=True), PROFILE, registry=registry)
+    assert line["verdict"] == verdicts.XPASS and line["rule_verdict"] == verdicts.PASS
+    assert line["reason"] == "known issue demo-probe no longer fails: remove its registry entry"
+    assert probes.unhandled_failures([line]) == [line] and verdicts.run_failed([line["verdict"]])
+    headers, (row,) = probe_table([line])
+    assert row[headers.index("verdict")] == "xpass (demo-probe)"
+
+
+def test_a_probe_entry_applies_only_to_its_probes_backend_and_arch(tmp_path):
+    registry = probe_registry(tmp_path, 'probe = "probe.dot[fp8e4m3]"\nbackend = "cuda"\narch = "sm_90"')
+    failing = probes.run_probe(fixed_probe(passed=False), PROFILE, registry=registry)  # on the interpreter
+    assert failing["verdict"] == failing["rule_verdict"] == verdicts.FAIL and "known_issue" not in failing
+    other = probes.run_probe(fixed_probe(passed=False, probe_id="probe.dot[fp8e5m2]"), SIMULATED_H100,
+                             registry=registry)  # the entry's backend and arch, another probe
+    assert other["verdict"] == verdicts.FAIL and "known_issue" not in other
+    covered = probes.run_probe(fixed_probe(passed=False), SIMULATED_H100, registry=registry)
+    assert covered["verdict"] == verdicts.XFAIL
+
+
+def test_an_unsupported_probe_stays_unsupported_under_a_known_issue(tmp_path):
+    registry = probe_registry(tmp_path, 'probe = "probe.dot[fp8e4m3]"')
+    (fp8_dot,) = probes.select(["probe.dot[fp8e4m3]"])
+    line = probes.run_probe(fp8_dot, INTERPRETER, registry=registry)  # the interpreter profile lists no fp8
+    assert line["verdict"] == line["rule_verdict"] == verdicts.UNSUPPORTED and "known_issue" not in line
+
+
+def test_the_bundled_registry_turns_the_h100_fp8_dot_probes_into_xfail():
+    """The measured H100 failure (reports/h100-sm90), replayed on a simulated sm_90 profile."""
+    for probe_id in ("probe.dot[fp8e4m3]", "probe.dot[fp8e5m2]"):
+        line = probes.run_probe(fixed_probe(passed=False, probe_id=probe_id), SIMULATED_H100)
+        assert line["verdict"] == verdicts.XFAIL and line["rule_verdict"] == verdicts.FAIL
+        assert line["known_issue"]["id"] == "sm90-fp8-mma-probes"
+        assert "sm90-fp8-mma-accumulation" in line["known_issue"]["reason"]
+        assert probes.unhandled_failures([line]) == []
+
+
+def test_the_interpreters_failing_upcast_probe_under_a_known_issue(tmp_path):
+    """A real probe that fails on the interpreter, covered by an entry scoped to it."""
+    if not PROFILE.interpreted:
+        pytest.skip("the interpreter's faults are only measured on the interpreter")
+    registry = probe_registry(tmp_path, 'probe = ["probe.upcast[bf16]", "probe.upcast[fp16]"]\n'
+                                        'backend = "interpreter"\narch = "cpu"')
+    upcast_fp16, upcast_bf16 = probes.run_probes(PROFILE, ["probe.upcast[bf16]", "probe.upcast[fp16]"],
+                                                 registry=registry)  # catalog order
+    assert upcast_bf16["verdict"] == verdicts.XFAIL and upcast_bf16["rule_verdict"] == verdicts.FAIL
+    assert upcast_fp16["verdict"] == verdicts.XPASS  # sound on the interpreter: the entry would be stale
+    assert probes.unhandled_failures([upcast_bf16, upcast_fp16]) == [upcast_fp16]
+    fault = attribution.backend_fault(case_line("bf16"), [upcast_bf16, upcast_fp16])
+    assert fault == "likely backend fault: bf16->fp32 cast (known issue demo-probe)"
+
+
+def test_probes_command_exits_1_for_an_xpass_probe_and_0_for_an_xfail_one(tmp_path, capsys, monkeypatch):
+    if not PROFILE.interpreted:
+        pytest.skip("interpreter only")
+    from conformance.cli import main
+
+    probe_registry(tmp_path, 'probe = ["probe.upcast[bf16]", "probe.upcast[fp16]"]\nbackend = "interpreter"')
+    monkeypatch.setattr(backends, "_active", backends._active)
+    monkeypatch.setattr(known_issues, "DEFAULT_REGISTRY", tmp_path / "known_issues.toml")
+    assert main(["probes", "--probe", "probe.upcast[bf16]"]) == 0  # 1 without the entry
+    assert "xfail (demo-probe)" in capsys.readouterr().out
+    assert main(["probes", "--probe", "probe.upcast[fp16]"]) == 1
+    assert "xpass (demo-probe)" in capsys.readouterr().out
+
+
 def test_unknown_probe_ids_are_rejected():
     with pytest.raises(ValueError, match="unknown probe 'probe.dot\\[fp64\\]'"):
         probes.select(["probe.dot[fp64]"])
@@ -106,10 +225,15 @@ def test_ulp_distance_counts_representable_steps():
 
 # --- attribution ------------------------------------------------------------------------
 
-def probe_line(probe_id, verdict, worked_around=None):
+def probe_line(probe_id, verdict, worked_around=None, rule_verdict=None, known_issue=None):
     (probe,) = probes.select([probe_id])
-    return {"case": probe_id, "kind": "probe", "primitive": probe.primitive, "verdict": verdict,
+    line = {"case": probe_id, "kind": "probe", "primitive": probe.primitive, "verdict": verdict,
             "worked_around": worked_around}
+    if rule_verdict is not None:
+        line["rule_verdict"] = rule_verdict
+    if known_issue is not None:
+        line["known_issue"] = {"id": known_issue, "description": "d", "reason": "r", "scope": {}}
+    return line
 
 
 def case_line(dtype="bf16", verdict="fail", rule_verdict=None, dropout=0.0):
@@ -148,6 +272,19 @@ def test_attribution_names_every_failed_primitive_and_any_workaround():
     assert attribution.with_backend_fault(probe_lines[0], probe_lines) == probe_lines[0]  # probes are not cases
 
 
+@pytest.mark.parametrize("verdict, rule_verdict, blamed", [
+    ("xfail", "fail", True), ("xfail", "error", True), ("xpass", "pass", False)])
+def test_a_probe_under_a_known_issue_is_blamed_by_its_own_verdict(verdict, rule_verdict, blamed):
+    """A documented hardware property (xfail) is still the likely cause of a failing case."""
+    fp8_dot = probe_line("probe.dot[fp8e4m3]", verdict, rule_verdict=rule_verdict, known_issue="sm90-fp8-mma-probes")
+    fault = attribution.backend_fault(case_line("fp8e4m3", "xfail", "fail"), [fp8_dot])
+    expected = "likely backend fault: fp8e4m3 tl.dot (known issue sm90-fp8-mma-probes)"
+    assert (fault == expected) if blamed else fault is None
+    both = dict(probe_line("probe.dot[bf16]", "xfail", "emulate_bf16", "fail", "demo"))
+    assert attribution.backend_fault(case_line("bf16"), [both]) == (
+        "likely backend fault: bf16 tl.dot (worked around here: emulate_bf16; known issue demo)")
+
+
 def test_a_run_writes_probes_first_and_attributes_failing_cases(tmp_path, monkeypatch):
     """End to end on the interpreter: a wrong kernel fails an fp16 and a bf16 case; only
     the bf16 one relies on the interpreter's failing bf16 probes. Probes do not decide
@@ -172,6 +309,35 @@ def test_a_run_writes_probes_first_and_attributes_failing_cases(tmp_path, monkey
     assert by_id[bf16]["backend_fault"] == (
         "likely backend fault: bf16 tl.dot (worked around here: emulate_bf16), "
         "fp32->bf16 cast (worked around here: emulate_bf16), bf16->fp32 cast")
+
+
+def test_a_run_records_an_xfail_probe_and_still_blames_it(tmp_path, monkeypatch):
+    """End to end: with the interpreter's bf16 upcast fault registered, its probe line is
+    xfail, and a failing bf16 case still names it as a likely backend fault."""
+    if not PROFILE.interpreted:
+        pytest.skip("interpreter only")
+    from conformance.cli import main
+    from conformance.results import read_results
+
+    registry_dir = tmp_path / "registry"
+    registry_dir.mkdir()
+    probe_registry(registry_dir, 'probe = "probe.upcast[bf16]"\nbackend = "interpreter"')
+    monkeypatch.setattr(backends, "_active", backends._active)
+    monkeypatch.setattr(known_issues, "DEFAULT_REGISTRY", registry_dir / "known_issues.toml")
+    bf16 = "flash_attention.fwd[bf16,d16,causal,B1,H2,Hkv1,Sq9,Sk17,seed0]"
+    out = tmp_path / "run"
+    assert main(["run", "--out", str(out), "--kernel", "flash_attention=tests.fake_kernels:scale_off",
+                 "--case", bf16]) == 1  # the case fails
+    by_id = {line["case"]: line for line in read_results(out)}
+    upcast = by_id["probe.upcast[bf16]"]
+    assert upcast["verdict"] == verdicts.XFAIL and upcast["rule_verdict"] == verdicts.FAIL
+    assert upcast["known_issue"]["id"] == "demo-probe"
+    assert by_id[bf16]["verdict"] == verdicts.FAIL
+    assert by_id[bf16]["backend_fault"].endswith("bf16->fp32 cast (known issue demo-probe)")
+    summary = (out / "summary.md").read_text().splitlines()
+    (row,) = [text for text in summary if text.startswith("| probe.upcast[bf16] ")]
+    assert "| xfail (demo-probe) |" in row
+    assert any(text.startswith("| demo-probe |") for text in summary)  # the known issues section
 
 
 def test_probes_command_exits_1_only_for_failures_the_profile_does_not_work_around(tmp_path, capsys, monkeypatch):

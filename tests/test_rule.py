@@ -161,11 +161,22 @@ def entry(tmp_path, scope_lines):
 
 
 def test_bundled_registry_holds_only_narrowly_scoped_entries():
-    """Each bundled entry names its backend and dtype: none may widen to every case."""
+    """Each bundled entry names its backend, arch and dtype (or probes): none may widen to every case."""
     registry = known_issues.load_registry()
-    assert [issue.id for issue in registry] == ["sm90-fp8-mma-accumulation"]
+    assert [issue.id for issue in registry] == ["sm90-fp8-mma-accumulation", "sm90-fp8-mma-probes"]
     for issue in registry:
-        assert issue.reason and {"backend", "arch", "dtype"} <= set(issue.scope)
+        assert issue.reason and {"backend", "arch", "probe" if issue.covers_probes else "dtype"} <= set(issue.scope)
+
+
+def test_the_bundled_fp8_probe_entry_covers_the_fp8_dots_on_an_h100_only():
+    h100 = cuda_profile((9, 0))
+    for probe_id in ("probe.dot[fp8e4m3]", "probe.dot[fp8e5m2]"):
+        assert known_issues.match_probe(probe_id, h100, "3.6.0").id == "sm90-fp8-mma-probes"
+        assert known_issues.match_probe(probe_id, cuda_profile((8, 9)), "3.6.0") is None
+        assert known_issues.match_probe(probe_id, INTERPRETER, "3.6.0") is None
+    assert known_issues.match_probe("probe.upcast[fp8e4m3]", h100, "3.6.0") is None
+    fp8_case = Case.from_id("flash_attention.fwd[fp8e4m3,d64,noncausal,B1,H2,Hkv2,Sq77,Sk133,seed0]")
+    assert known_issues.match(fp8_case, h100, "3.6.0") is None  # a probe entry never covers a case
 
 
 def test_an_entry_without_scope_matches_everything(tmp_path):
@@ -236,6 +247,33 @@ def test_match_by_feature(tmp_path, case_id, features):
     assert (known_issues.match(case, INTERPRETER, "3.9.0", registry=registry) is not None) is (features == {"dropout"})
 
 
+@pytest.mark.parametrize(
+    "scope, probe_id, matches",
+    [
+        ('probe = "probe.dot[bf16]"', "probe.dot[bf16]", True),
+        ('probe = ["probe.dot[fp16]", "probe.cast[bf16]"]', "probe.cast[bf16]", True),
+        ('probe = "probe.dot[bf16]"', "probe.dot[fp16]", False),
+        ('probe = "probe.dot[bf16]"\nbackend = "interpreter:cpu"\narch = "cpu"', "probe.dot[bf16]", True),
+        ('probe = "probe.dot[bf16]"\nbackend = "cuda"', "probe.dot[bf16]", False),
+        ('probe = "probe.dot[bf16]"\narch = "sm_90"', "probe.dot[bf16]", False),
+        ('probe = "probe.dot[bf16]"\ntriton = ">=3.2,<3.10"', "probe.dot[bf16]", True),
+        ('probe = "probe.dot[bf16]"\ntriton = "<3.9"', "probe.dot[bf16]", False),
+        ('backend = "interpreter"', "probe.dot[bf16]", False),  # no `probe`: cases only
+        ("", "probe.dot[bf16]", False),
+    ],
+)
+def test_match_probe_by_scope(tmp_path, scope, probe_id, matches):
+    registry = entry(tmp_path, scope)
+    assert (known_issues.match_probe(probe_id, INTERPRETER, "3.9.0", registry=registry) is not None) is matches
+
+
+def test_an_entry_scoped_by_probe_never_matches_a_case(tmp_path):
+    (issue,) = entry(tmp_path, 'probe = "probe.dot[bf16]"\nbackend = "interpreter"')
+    assert issue.covers_probes and not issue.matches(CASE, INTERPRETER, "3.9.0")
+    assert known_issues.match(CASE, INTERPRETER, "3.9.0", registry=(issue,)) is None
+    assert issue.record()["scope"] == {"probe": ["probe.dot[bf16]"], "backend": ["interpreter"]}
+
+
 def test_known_issue_record_keeps_the_scope_as_written(tmp_path):
     (issue,) = entry(tmp_path, 'feature = "dropout"\nseq_k = ">=16384"\nhead_dim = [64, 128]')
     assert issue.record()["scope"] == {"feature": ["dropout"], "seq_k": [">=16384"], "head_dim": [64, 128]}
@@ -261,6 +299,16 @@ def test_triton_range_handles_local_versions_and_missing_triton(tmp_path):
         ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n[issue.scope]\nseq_k = "16k"\n', "bad integer range"),
         ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n[issue.scope]\nseq_k = "=>16"\n', "bad integer range"),
         ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n[issue.scope]\nbatch = 1.5\n', "integers or ranges"),
+        ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n[issue.scope]\nprobe = "probe.dot[fp64]"\n',
+         "unknown probe 'probe.dot\\[fp64\\]'"),
+        ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n[issue.scope]\nprobe = ["probe.dot[bf16]", "dot[bf16]"]\n',
+         "unknown probe 'dot\\[bf16\\]'"),
+        ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n[issue.scope]\nprobe = "probe.dot[bf16]"\ndtype = "bf16"\n',
+         "case scope keys \\['dtype'\\] cannot go with 'probe'"),
+        ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n[issue.scope]\nprobe = "probe.dot[bf16]"\n'
+         'op = "flash_attention"\nfeature = "lse"\n', "case scope keys \\['feature', 'op'\\] cannot go with 'probe'"),
+        ('[[issue]]\nid = "x"\ndescription = "d"\nreason = "r"\n[issue.scope]\nprobe = "probe.dot[bf16]"\n'
+         'implementation = "kernels:flash_attention"\n', "cannot go with 'probe'"),
     ],
 )
 def test_malformed_registry_is_rejected(tmp_path, text, message):

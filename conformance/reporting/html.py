@@ -173,6 +173,7 @@ def render(env: dict, lines: list[dict]) -> str:
     pictures, the tables, and the full environment fingerprint last."""
     title = f"Conformance report: {env.get('backend', '?')} ({env.get('device', '?')})"
     body = [_header(env, lines, title),
+            _optional("Implementations", *summary.implementation_table(env, lines), mono=("implementation",)),
             _probes(lines), _problems(lines), _pictures(lines),
             _section("Totals", table(*summary.totals_table(lines))),
             _optional("Known issues", *summary.known_issue_table(lines), mono=("example case",))]

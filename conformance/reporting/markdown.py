@@ -104,6 +104,7 @@ def render(env: dict, lines: list[dict]) -> str:
     if env.get("implementation"):
         parts += [f"Implementation: {summary.format_env_value('implementation', env['implementation'])}", ""]
     parts += environment_section(env)
+    parts += _optional_section("Implementations", *summary.implementation_table(env, lines), "implementation")
     parts += probe_section(lines)
     parts += ["## Totals", "", table(*summary.totals_table(lines)), ""]
     if summary.determinism_text(lines):

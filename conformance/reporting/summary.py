@@ -147,8 +147,35 @@ def totals_table(lines: list[dict]) -> tuple[list[str], list[list]]:
 
 def environment_rows(env: dict) -> list[list[str]]:
     keys = [key for key in ENV_ORDER if key in env]
-    keys += [key for key in env if key not in ENV_ORDER and key != "profile_notes"]
+    keys += [key for key in env if key not in ENV_ORDER and key not in ("profile_notes", "capabilities")]
     return [[key, format_env_value(key, env[key])] for key in keys]
+
+
+def implementation_table(env: dict, lines: list[dict]) -> tuple[list[str], list[list]]:
+    """Per operator judged by something other than the bundled kernels, or declaring
+    capabilities, or returning extras: what ran, what it declared (and where), and the
+    return conventions seen (conformance.returns) with their case counts."""
+    names = env.get("implementation") or {}
+    declarations = env.get("capabilities") or {}
+    conventions = defaultdict(Counter)
+    for line in of_kind(lines, CASE):
+        if line.get("return_convention"):
+            conventions[line.get("op")][line["return_convention"]] += 1
+    rows = []
+    for op, name in names.items():
+        declared = declarations.get(op) or {}
+        if name.startswith("kernels:") and not declared and not conventions.get(op):
+            continue
+        keys = declared.get("declared") or {}
+        text = "; ".join(f"{key}={_declared_value(value)}" for key, value in keys.items() if key != "reasons")
+        seen = ", ".join(f"{kind} ({count})" for kind, count in sorted(conventions[op].items()))
+        rows.append([op, name, text or "(none: assumed to support every case)", declared.get("source") or "-",
+                     seen or "-"])
+    return ["op", "implementation", "declared capabilities", "declared in", "return convention (cases)"], rows
+
+
+def _declared_value(value) -> str:
+    return "[" + ", ".join(str(item) for item in value) + "]" if isinstance(value, list) else str(value).lower()
 
 
 # --- cases -------------------------------------------------------------------------
@@ -241,9 +268,16 @@ def unsupported_table(lines: list[dict]) -> tuple[list[str], list[list]]:
 
 # --- probes and compile checks -----------------------------------------------------
 
+def probe_verdict(line: dict) -> str:
+    """A probe's verdict, with the known issue that converted it: 'xfail (sm90-fp8-mma-probes)'."""
+    issue = line.get("known_issue")
+    return f"{line['verdict']} ({issue['id']})" if issue else line["verdict"]
+
+
 def probe_table(lines: list[dict]) -> tuple[list[str], list[list]]:
-    """The primitive probes: id, primitive, verdict, max error against tolerance (in `unit`), reason."""
-    rows = [[line["case"], line.get("primitive") or "-", line["verdict"], format_error(line.get("max_error")),
+    """The primitive probes: id, primitive, verdict (and its known issue), max error against
+    tolerance (in `unit`), reason."""
+    rows = [[line["case"], line.get("primitive") or "-", probe_verdict(line), format_error(line.get("max_error")),
              format_error(line.get("tolerance")), line.get("unit") or "-", line.get("worked_around") or "",
              one_line(line.get("reason"), 240)]
             for line in of_kind(lines, PROBE)]

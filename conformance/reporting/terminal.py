@@ -34,6 +34,7 @@ def render(env: dict, lines: list[dict]) -> str:
     """Header, probes, case summary, worst ratio per tensor, compile overview,
     known issues, unsupported reasons, then every line that fails the run."""
     out = [f"Conformance on {env.get('backend', '?')} ({env.get('device', '?')}): {summary.totals_text(lines)}", ""]
+    out += _optional_table("implementations", *summary.implementation_table(env, lines))
     out += _optional_table("primitive probes", *summary.probe_table(lines))
     if summary.of_kind(lines, summary.CASE):
         out += [grid(*summary.group_table(lines)), ""]

@@ -1,0 +1,126 @@
+"""torch's scaled_dot_product_attention, forced to one backend, as an implementation under test.
+
+    python -m conformance run --kernel flash_attention=sdpa:cudnn     # or flash, efficient, math
+
+Each adapter runs SDPA inside `sdpa_kernel(<that backend>)` only, so torch cannot fall back
+to another backend behind the verdict. Semantics are the operator's:
+
+* causal masks are bottom-right aligned. When Sq == Sk, `is_causal=True` (top-left and
+  bottom-right agree). Otherwise the flash backend gets torch's own lower-right causal bias
+  (`causal_lower_right`, which torch runs on the flash kernel's native bottom-right mask),
+  and the other backends the materialised bottom-right boolean mask (torch's lower-right
+  bias would silently run the flash or efficient kernel instead of the one named);
+* GQA/MQA through `enable_gqa=True` (the kv heads are never repeated by hand);
+* `sm_scale` is SDPA's `scale`.
+
+What an adapter declares (`capabilities`): the dtypes its backend takes, and no lse, total
+or dropout -- SDPA's public API returns the output only, and its dropout mask is drawn
+inside the kernel with no way to replay it. Everything else is asked of torch per case:
+where torch's backend selection refuses the inputs (head dim, alignment, device, GQA with
+a mask, ...), the adapter raises `NotSupported` with torch's own reasons before launching.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from conformance.capabilities import NotSupported
+
+BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+_DTYPES = {"flash": ["fp16", "bf16"], "cudnn": ["fp16", "bf16"],
+           "efficient": ["fp16", "bf16", "fp32"], "math": ["fp16", "bf16", "fp32"]}
+_NO_BACKEND = ("No available kernel", "No viable backend")
+
+
+def capabilities(variant: str) -> dict:
+    """What sdpa:VARIANT declares; the rest is torch's per-case decision (see module doc)."""
+    return {
+        "dtypes": _DTYPES[variant],
+        "lse": False, "total": False, "dropout": False,
+        "reasons": {
+            "dtypes": f"torch's {variant} SDPA backend takes {', '.join(_DTYPES[variant])} (fp8 is no SDPA input)",
+            "lse": "SDPA's public API returns the output only",
+            "total": "SDPA's public API returns the output only",
+            "dropout": "SDPA draws its dropout mask inside the kernel and exposes no way to replay it",
+        },
+    }
+
+
+def adapter(op: str, variant: str):
+    """The operator function `sdpa:VARIANT` for `op`; ValueError naming what is valid."""
+    if variant not in BACKENDS:
+        raise ValueError(f"unknown SDPA backend {variant!r} (known: {', '.join(f'sdpa:{v}' for v in BACKENDS)})")
+    if op != "flash_attention":
+        raise ValueError(f"sdpa:{variant} implements flash_attention only, not {op}")
+
+    def sdpa_attention(q, k, v, causal=False, sm_scale=None):
+        return _call(variant, q, k, v, causal, sm_scale)
+
+    sdpa_attention.__name__ = sdpa_attention.__qualname__ = f"sdpa_{variant}"
+    sdpa_attention.capabilities = functools.partial(capabilities, variant)
+    return sdpa_attention
+
+
+def bottom_right_mask(seq_q: int, seq_k: int, device) -> torch.Tensor:
+    """(Sq, Sk) bool, True where key j is visible to query i: j <= i + Sk - Sq."""
+    rows = torch.arange(seq_q, device=device)[:, None] + (seq_k - seq_q)
+    return torch.arange(seq_k, device=device)[None, :] <= rows
+
+
+def _mask_arguments(variant: str, q, k, causal: bool) -> dict:
+    seq_q, seq_k = q.shape[2], k.shape[2]
+    if not causal:
+        return {}
+    if seq_q == seq_k:
+        return {"is_causal": True}
+    if variant == "flash":
+        from torch.nn.attention.bias import causal_lower_right
+
+        return {"attn_mask": causal_lower_right(seq_q, seq_k)}
+    return {"attn_mask": bottom_right_mask(seq_q, seq_k, q.device)}
+
+
+def _call(variant: str, q, k, v, causal: bool, sm_scale):
+    arguments = dict(_mask_arguments(variant, q, k, causal), scale=sm_scale,
+                     enable_gqa=k.shape[1] != q.shape[1])
+    if variant == "flash" and "attn_mask" in arguments:
+        _require_flash(q, k, v, arguments["enable_gqa"])  # torch's lower-right bias bypasses sdpa_kernel
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with sdpa_kernel(BACKENDS[variant]):
+                return F.scaled_dot_product_attention(q, k, v, **arguments)
+        except RuntimeError as exc:
+            if not any(marker in str(exc) for marker in _NO_BACKEND):
+                raise
+            raise NotSupported(_refusal(variant, caught, exc)) from None
+
+
+def _require_flash(q, k, v, enable_gqa: bool) -> None:
+    """NotSupported with torch's reasons unless the flash kernel takes these inputs."""
+    if q.device.type != "cuda":
+        raise NotSupported("torch: the lower-right causal bias runs the flash kernel on CUDA only")
+    params = torch.backends.cuda.SDPAParams(q, k, v, None, 0.0, False, enable_gqa)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if not torch.backends.cuda.can_use_flash_attention(params, True):
+            raise NotSupported(_refusal("flash", caught, None))
+
+
+def _refusal(variant: str, caught, exc) -> str:
+    """torch's own reasons for refusing the case, as one line."""
+    reasons = [" ".join(str(item.message).split()) for item in caught]
+    reasons = [reason for reason in dict.fromkeys(reasons) if reason]
+    if not reasons and exc is not None:
+        reasons = [" ".join(str(exc).split())]
+    return f"torch refuses sdpa:{variant} here: " + ("; ".join(reasons)[:600] or "no reason given")
