@@ -100,10 +100,11 @@ def _probe(python: str) -> dict:
 
 
 def _describe(found: dict) -> str:
-    if "torch" not in found:
-        return f"{found['executable']}: {found.get('error', 'no torch')}"
-    gpu = "sees a GPU" if found["gpu"] else "no GPU"
-    return f"{found['executable']} (Python {found['version']}): torch {found['torch']}, triton {found['triton']}, {gpu}"
+    where = f"{found['executable']} (Python {found['version']})" if "version" in found else found["executable"]
+    if "torch" in found:
+        gpu = "sees a GPU" if found["gpu"] else "no GPU"
+        return f"{where}: torch {found['torch']}, triton {found['triton']}, {gpu}"
+    return f"{where}: {found['error']}" if "error" in found else where
 
 
 def _nox_host() -> dict:

@@ -4,8 +4,9 @@
 #
 #   FA_HARNESS_REVISION=<commit> bash scripts/device_session.sh STEP...
 #
-# Steps: standard | mutants | long | flake | sdpa-flash | sdpa-cudnn | sdpa-efficient | sdpa-math
-# (the sdpa steps run in parallel with each other: one GPU, separate processes).
+# Steps: standard | mutants | long | flake | sdpa-flash | sdpa-cudnn | sdpa-efficient | sdpa-math |
+#        diagnose | flash-gqa-seeds
+# All steps run at once, as separate processes on the one GPU: verdicts do not depend on timing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -21,22 +22,27 @@ step() {  # name, command...
   echo "== $name: exit $? after $((SECONDS - started)) s" | tee -a "$RUNS/steps.log"
 }
 
-sdpa_pids=()
+pids=()
 for name in "$@"; do
   case "$name" in
-    standard) step standard python -m conformance run --tier standard --out "$RUNS/standard" ;;
+    standard) step standard python -m conformance run --tier standard --out "$RUNS/standard" & pids+=($!) ;;
     long) mapfile -t ids < <(python -c "
 from conformance.catalog import cases
 standard = {case.id for case in cases('standard')}
 print('\n'.join(case.id for case in cases('full') if case.id not in standard))")
-          step long python -m conformance run "${ids[@]/#/--case=}" --out "$RUNS/long" ;;
-    mutants) step mutants python -m mutants --tier standard --max-kills 3 --out "$RUNS/mutants" ;;
-    flake) step flake python -m conformance flake --tier standard --seeds 20 --out "$RUNS/flake" ;;
+          step long python -m conformance run "${ids[@]/#/--case=}" --out "$RUNS/long" & pids+=($!) ;;
+    mutants) step mutants python -m mutants --tier standard --max-kills 3 --out "$RUNS/mutants" & pids+=($!) ;;
+    flake) step flake python -m conformance flake --tier standard --seeds 20 --out "$RUNS/flake" & pids+=($!) ;;
+    diagnose) step diagnose env PYTHONPATH=. python reports/h100-sm90/peers/diagnose_sdpa.py & pids+=($!) ;;
+    flash-gqa-seeds) step flash-gqa-seeds python -m conformance run --seeds 10 --kernel flash_attention=sdpa:flash \
+              --case 'flash_attention.bwd[fp16,d128,causal,B1,H8,Hkv2,Sq509,Sk1024,seed0]' \
+              --case 'flash_attention.bwd[fp16,d128,causal,B1,H8,Hkv8,Sq509,Sk1024,seed0]' \
+              --out "$RUNS/flash-gqa-seeds" & pids+=($!) ;;
     sdpa-*) step "$name" python -m conformance run --tier standard --op flash_attention \
-              --kernel "flash_attention=sdpa:${name#sdpa-}" --out "$RUNS/$name" & sdpa_pids+=($!) ;;
+              --kernel "flash_attention=sdpa:${name#sdpa-}" --out "$RUNS/$name" & pids+=($!) ;;
     *) echo "unknown step $name" | tee -a "$RUNS/steps.log" ;;
   esac
 done
-for pid in "${sdpa_pids[@]}"; do wait "$pid"; done
+for pid in "${pids[@]}"; do wait "$pid"; done
 tar czf "$OUT/runs.tgz" -C reports/runs device
 cat "$RUNS/steps.log"

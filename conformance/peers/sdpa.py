@@ -23,6 +23,7 @@ a mask, ...), the adapter raises `NotSupported` with torch's own reasons before 
 from __future__ import annotations
 
 import functools
+import re
 import warnings
 
 import torch
@@ -40,6 +41,10 @@ BACKENDS = {
 _DTYPES = {"flash": ["fp16", "bf16"], "cudnn": ["fp16", "bf16"],
            "efficient": ["fp16", "bf16", "fp32"], "math": ["fp16", "bf16", "fp32"]}
 _NO_BACKEND = ("No available kernel", "No viable backend")
+# torch's warnings: "<Name> kernel not used because:" then the reasons, each "(Triggered internally at ...)".
+_HEADING = re.compile(r"(Flash attention|Memory efficient|cuDNN attention|Math) kernel not used because:", re.I)
+_HEADINGS = {"flash": "flash attention", "efficient": "memory efficient", "cudnn": "cudnn attention", "math": "math"}
+_TRIGGERED = re.compile(r"\(Triggered internally at [^)]*\)\.?")
 
 
 def capabilities(variant: str) -> dict:
@@ -118,9 +123,18 @@ def _require_flash(q, k, v, enable_gqa: bool) -> None:
 
 
 def _refusal(variant: str, caught, exc) -> str:
-    """torch's own reasons for refusing the case, as one line."""
-    reasons = [" ".join(str(item.message).split()) for item in caught]
-    reasons = [reason for reason in dict.fromkeys(reasons) if reason]
+    """torch's own reasons for refusing the case, as one line: the warnings torch emits
+    under the named backend's heading ("Flash attention kernel not used because:"), or
+    all of them when none is headed so, or the exception's text."""
+    sections, heading = {}, None
+    for item in caught:
+        text = _TRIGGERED.sub("", " ".join(str(item.message).split())).strip()
+        match = _HEADING.match(text)
+        if match:
+            heading, text = match[1].lower(), text[match.end():].strip()
+        if text:
+            sections.setdefault(heading, []).append(text)
+    reasons = sections.get(_HEADINGS[variant]) or [text for texts in sections.values() for text in texts]
     if not reasons and exc is not None:
         reasons = [" ".join(str(exc).split())]
-    return f"torch refuses sdpa:{variant} here: " + ("; ".join(reasons)[:600] or "no reason given")
+    return f"torch refuses sdpa:{variant} here: " + ("; ".join(dict.fromkeys(reasons))[:600] or "no reason given")
