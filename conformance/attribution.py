@@ -8,7 +8,9 @@ They use no atomics. When a case fails (fail, nonfinite or error, also under a k
 issue) on a backend where one of those probes failed, its results line gets
 `backend_fault: "likely backend fault: bf16 tl.dot"`. A probe failing under a known
 issue (`xfail`, its own verdict kept in `rule_verdict`) still counts: a documented
-hardware property is still the likely cause, and the note names the issue.
+hardware property is still the likely cause, and the note names the issue. A kernel of
+one's own is taken to use the same primitives; torch's SDPA backends (`sdpa:...`) are
+not Triton, and an output-contract error (a malformed return) is never a backend's.
 """
 
 from __future__ import annotations
@@ -29,7 +31,15 @@ BY_DTYPE = {
 BY_FEATURE = {"dropout": ("probe.philox[uint32]",)}
 
 _CASE_FAILURES = frozenset({verdicts.FAIL, verdicts.NONFINITE, verdicts.ERROR})
+_NOT_TRITON = ("sdpa:",)  # conformance.implementations.BUILTIN_ADAPTERS
+_CONTRACT_PREFIX = "output contract: "  # conformance.runner.CONTRACT_PREFIX
 _PROBE_FAILURES = frozenset({verdicts.FAIL, verdicts.ERROR})
+
+
+def relies_on_triton(line: dict) -> bool:
+    """False for the built-in adapters of peers that are not Triton (`sdpa:...`); any other
+    implementation -- bundled or a kernel author's -- is taken to use the same primitives."""
+    return not str(line.get("implementation") or "").startswith(_NOT_TRITON)
 
 
 def relied_probes(line: dict) -> tuple[str, ...]:
@@ -49,6 +59,8 @@ def backend_fault(line: dict, probe_lines: list[dict]) -> str | None:
     under a known issue (xfail; its `rule_verdict` is fail or error), with the issue's id."""
     if line.get("rule_verdict", line.get("verdict")) not in _CASE_FAILURES:
         return None
+    if not relies_on_triton(line) or (line.get("reason") or "").startswith(_CONTRACT_PREFIX):
+        return None  # a peer that is not Triton, or a malformed return: no primitive to blame
     failed = {probe["case"]: probe for probe in probe_lines
               if probe.get("rule_verdict", probe.get("verdict")) in _PROBE_FAILURES}
     culprits = [failed[probe_id] for probe_id in relied_probes(line) if probe_id in failed]

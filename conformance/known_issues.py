@@ -40,12 +40,17 @@ DEFAULT_REGISTRY = Path(__file__).with_name("known_issues.toml")
 
 _ENTRY_KEYS = {"id", "description", "reason", "scope"}
 # Scope fields compared against a case's own fields.
-_CASE_SCOPE = ("op", "direction", "dtype", "head_dim", "causal", "layout", *SHAPE_FIELDS)
+_CASE_SCOPE = ("op", "direction", "dtype", "head_dim", "causal", "layout", "bad_input", *SHAPE_FIELDS)
+# Scope fields derived from a case (true or false): traits no single field states.
+_DERIVED_SCOPE = {
+    "empty_rows": lambda case: case.causal and case.seq_q > case.seq_k,  # causal rows that see no key
+    "grouped": lambda case: case.kv_heads < case.heads,  # GQA or MQA
+}
 # Integer fields also take ranges: ">=16384", ">=1024,<8192".
 _INTEGER_SCOPE = frozenset({"head_dim", *SHAPE_FIELDS})
 # `feature` admits a case having any of the listed catalog features (lse, total, dropout, layout, dist).
 FEATURE_NAMES = tuple(feature.field for feature in FEATURES)
-_SCOPE_KEYS = {"backend", "arch", "triton", "implementation", "feature", "probe", *_CASE_SCOPE}
+_SCOPE_KEYS = {"backend", "arch", "triton", "implementation", "feature", "probe", *_CASE_SCOPE, *_DERIVED_SCOPE}
 # The keys that may narrow a probe entry (one with `probe` in its scope); the rest describe cases.
 _PROBE_SCOPE_KEYS = frozenset({"probe", "backend", "arch", "triton"})
 _COMPARISON = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*(\d+)\s*")
@@ -106,6 +111,8 @@ class KnownIssue:
             return False
         if any(name in self.scope and not any(_admits(allowed, getattr(case, name)) for allowed in self.scope[name])
                for name in _CASE_SCOPE):
+            return False
+        if any(name in self.scope and derive(case) not in self.scope[name] for name, derive in _DERIVED_SCOPE.items()):
             return False
         return "feature" not in self.scope or bool(case_features(case) & set(self.scope["feature"]))
 
@@ -176,6 +183,9 @@ def _scope_value_problem(scope: dict) -> str | None:
         unknown = [name for name in scope["probe"] if name not in known_probes]
         if unknown:
             return f"unknown probe {unknown[0]!r} (known: {', '.join(known_probes)})"
+    for name in set(_DERIVED_SCOPE) & set(scope):
+        if not all(isinstance(item, bool) for item in scope[name]):
+            return f"{name} takes true or false, got {list(scope[name])!r}"
     unknown = [name for name in scope.get("feature", ()) if name not in FEATURE_NAMES]
     if unknown:
         return f"unknown feature {unknown[0]!r} (known: {', '.join(FEATURE_NAMES)})"

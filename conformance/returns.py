@@ -8,10 +8,12 @@ both are accepted:
                   (the bundled kernels)
     placeholders  always (out, lse or None, total or None)  (FlagAttention)
 
-Kernels that own their dropout RNG (FlagAttention) are asked for `return_seed_offset=True`
-and append `(seed, offset)` in either convention: FlagAttention's five values
-(out, lse|None, total|None, seed, offset). When every extra is requested the two
-conventions are the same tuple; that is recorded as "full".
+FlagAttention in fact returns five values whenever an extra is asked for:
+(out, lse|None, total|None, seed|None, offset|None); the last two are its dropout RNG
+state, given with `return_seed_offset=True` (the harness asks for it from kernels that
+own their dropout RNG, conformance.dropout), and are None otherwise. Compact kernels
+asked for the RNG state append `(seed, offset)` likewise. When every extra is requested
+without the RNG slots, the two conventions are the same tuple; that is recorded as "full".
 
 The convention seen is recorded in each results line (`return_convention`) and counted
 in the report.
@@ -58,13 +60,16 @@ def parse(result, wanted: list[str], seed_offset: bool = False) -> Returned:
     if not isinstance(result, (tuple, list)):
         raise TypeError(f"expected {_expected(wanted, seed_offset)}, got {_describe(result)}")
     items = list(result)
-    rng = None
+    rng, rng_slots = None, False
     if seed_offset:
         if len(items) < 3:
             raise TypeError(f"expected {_expected(wanted, seed_offset)}, got {_describe(result)}")
         items, rng = items[:-2], tuple(items[-2:])
+    elif len(items) == 3 + len(EXTRAS) and items[-2:] == [None, None]:
+        items, rng_slots = items[:-2], True  # FlagAttention's five values, (seed, offset) not asked for
     if len(items) == len(wanted):
         convention = FULL if len(wanted) == 1 + len(EXTRAS) else COMPACT
+        convention = PLACEHOLDERS if rng_slots else convention
         return Returned(dict(zip(wanted, items)), convention, rng)
     if len(items) == 1 + len(EXTRAS):
         placed = dict(zip(("out", *EXTRAS), items))

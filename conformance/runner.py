@@ -41,7 +41,15 @@ _REASON_CHARS = 400
 
 
 class KernelFailure(Exception):
-    """The implementation under test raised, or returned something off-contract."""
+    """The implementation under test raised."""
+
+
+class OutputContract(Exception):
+    """The implementation returned something the operator's contract does not allow
+    (conformance.returns): neither return convention, or a non-tensor output."""
+
+
+CONTRACT_PREFIX = "output contract: "
 
 
 def base_line(case: Case, backend_key: str, implementation: str, reproduce: str) -> dict:
@@ -141,6 +149,8 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
         replay = dropout_replay(case, function, returned.seed_offset, mask_function)
     except NotSupported as refusal:  # a built-in peer adapter refused before launching
         return {"rule_verdict": verdicts.UNSUPPORTED, "reason": str(refusal)}
+    except OutputContract as violation:
+        return {"rule_verdict": verdicts.ERROR, "reason": f"{CONTRACT_PREFIX}{violation}"}
     except KernelFailure as failure:
         return {"rule_verdict": verdicts.ERROR, **error_fields(failure.__cause__ or failure)}
     except TypeError as exc:  # no way to replay its dropout mask
@@ -149,7 +159,7 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
     paths = comparison_paths(case, op, inputs, replay)
     contract_problem = _contract_problem(case, kernel, paths.reference)
     if contract_problem:
-        return {"rule_verdict": verdicts.ERROR, "reason": f"output contract: {contract_problem}", **convention}
+        return {"rule_verdict": verdicts.ERROR, "reason": f"{CONTRACT_PREFIX}{contract_problem}", **convention}
     tensors = [compare_tensor(name, kernel[name], paths.torch_paths[name], ref, _expected_dtype(case, name),
                               bad_input=paths.bad_input_regions.get(name), term_size=paths.term_sizes.get(name, 0.0))
                for name, ref in paths.reference.items()]
@@ -185,12 +195,12 @@ class _Launch:
                     seed_rng_for_call(case)
                 if case.direction == "fwd":
                     with torch.no_grad():
-                        returned = op.outputs(case, self._call(), self.seed_offset)
+                        returned = self._returned(self._call())
                 else:
-                    returned = op.outputs(case, self._call(), self.seed_offset)
+                    returned = self._returned(self._call())
                     out = returned.tensors["out"]
                     if not isinstance(out, torch.Tensor):
-                        raise TypeError(f"expected the output tensor, got {type(out).__name__}")
+                        raise OutputContract(f"expected the output tensor, got {type(out).__name__}")
                     grads = torch.autograd.grad(out, list(self.inputs.tensors.values()), self.inputs.do)
                     returned.tensors = dict(zip(op.gradient_names(), grads))
                 _synchronize(self.device)  # asynchronous launch failures belong to the kernel
@@ -198,12 +208,20 @@ class _Launch:
             if not self.implementations.is_builtin_adapter(case.op):
                 raise KernelFailure(str(refusal)) from refusal
             raise
+        except OutputContract:
+            raise
         except Exception as exc:
             raise KernelFailure(str(exc)) from exc
         return returned
 
     def _call(self):
         return self.op.call(self.function, self.case, self.inputs.tensors, self.seed_offset)
+
+    def _returned(self, result) -> Returned:
+        try:
+            return self.op.outputs(self.case, result, self.seed_offset)
+        except TypeError as exc:  # conformance.returns says what was expected and what came
+            raise OutputContract(str(exc)) from None
 
 
 def _expected_dtype(case: Case, name: str) -> str:

@@ -355,3 +355,20 @@ def test_probes_command_exits_1_only_for_failures_the_profile_does_not_work_arou
     assert main(["probes", "--probe", "probe.upcast[bf16]"]) == 1  # no workaround for bf16 subnormals
     assert main(["probes", "--probe", "probe.dot[fp64]"]) == 2
     assert "unknown probe 'probe.dot[fp64]'" in capsys.readouterr().err
+
+
+def test_a_stale_probe_entry_fails_the_run_though_every_case_passes(tmp_path, monkeypatch):
+    from conformance.cli import main
+    from conformance.results import read_results
+
+    registry_dir = tmp_path / "registry"
+    registry_dir.mkdir()
+    probe_registry(registry_dir, 'probe = "probe.upcast[fp16]"\nbackend = "interpreter"')
+    monkeypatch.setattr(backends, "_active", backends._active)
+    monkeypatch.setattr(known_issues, "DEFAULT_REGISTRY", registry_dir / "known_issues.toml")
+    out = tmp_path / "run"
+    assert main(["run", "--out", str(out), "--kernel", "flash_attention=tests.fake_kernels:exact",
+                 "--case", "flash_attention.fwd[fp32,d16,causal,B1,H2,Hkv1,Sq9,Sk17,seed0]"]) == 1
+    by_id = {line["case"]: line for line in read_results(out)}
+    assert by_id["probe.upcast[fp16]"]["verdict"] == verdicts.XPASS
+    assert "probe.upcast[fp16]" in (out / "summary.md").read_text().split("## Totals")[1]  # listed as a problem

@@ -161,11 +161,19 @@ def entry(tmp_path, scope_lines):
 
 
 def test_bundled_registry_holds_only_narrowly_scoped_entries():
-    """Each bundled entry names its backend, arch and dtype (or probes): none may widen to every case."""
+    """Each bundled entry names its backend, arch and dtype (or probes), or the peer implementation
+    it is about and a trait of the failing cases: none may widen to every case or every kernel."""
     registry = known_issues.load_registry()
-    assert [issue.id for issue in registry] == ["sm90-fp8-mma-accumulation", "sm90-fp8-mma-probes"]
+    assert [issue.id for issue in registry] == [
+        "sm90-fp8-mma-accumulation", "sm90-fp8-mma-probes", "sdpa-cudnn-fully-masked-rows",
+        "sdpa-flash-inf-row-backward", "sdpa-flash-gqa-dk-rounded-per-head"]
     for issue in registry:
-        assert issue.reason and {"backend", "arch", "probe" if issue.covers_probes else "dtype"} <= set(issue.scope)
+        assert issue.reason
+        if "implementation" in issue.scope:
+            assert all(name.startswith("sdpa:") for name in issue.scope["implementation"])
+            assert len(issue.scope) >= 2
+        else:
+            assert {"backend", "arch", "probe" if issue.covers_probes else "dtype"} <= set(issue.scope)
 
 
 def test_the_bundled_fp8_probe_entry_covers_the_fp8_dots_on_an_h100_only():
@@ -378,3 +386,22 @@ def test_torch_err_is_the_larger_over_several_torch_paths():
     record = compare_tensor("out", kernel, (lucky, unlucky), ref, "fp32")
     assert record["torch_err"] == 2**-10 and record["ratio"] == 2.0
     assert compare_tensor("out", kernel, lucky, ref, "fp32")["ratio"] > 1000
+
+
+@pytest.mark.parametrize("scope, case_id, matches", [
+    ('empty_rows = true', "flash_attention.bwd[fp16,d64,causal,B1,H4,Hkv4,Sq1024,Sk509,seed0]", True),
+    ('empty_rows = true', "flash_attention.bwd[fp16,d64,noncausal,B1,H4,Hkv4,Sq1024,Sk509,seed0]", False),
+    ('empty_rows = true', "flash_attention.bwd[fp16,d64,causal,B1,H4,Hkv4,Sq509,Sk1024,seed0]", False),
+    ('grouped = true', "flash_attention.bwd[fp16,d64,causal,B1,H8,Hkv2,Sq509,Sk1024,seed0]", True),
+    ('grouped = false', "flash_attention.bwd[fp16,d64,causal,B1,H8,Hkv2,Sq509,Sk1024,seed0]", False),
+    ('bad_input = "inf"', "flash_attention.bwd[fp16,d64,causal,B1,H8,Hkv2,Sq509,Sk1024,inf,seed0]", True),
+    ('bad_input = "inf"', "flash_attention.bwd[fp16,d64,causal,B1,H8,Hkv2,Sq509,Sk1024,nan,seed0]", False),
+])
+def test_derived_scope_keys(tmp_path, scope, case_id, matches):
+    (issue,) = entry(tmp_path, scope)
+    assert issue.matches(Case.from_id(case_id), cuda_profile((9, 0)), "3.6.0") is matches
+
+
+def test_derived_scope_keys_take_booleans(tmp_path):
+    with pytest.raises(ValueError, match="empty_rows takes true or false"):
+        entry(tmp_path, 'empty_rows = "yes"')

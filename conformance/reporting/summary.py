@@ -235,9 +235,11 @@ def problems(lines: list[dict]) -> list[dict]:
     """Lines that fail the run, fail first, then nonfinite, error, xpass (file order within).
 
     Probes are not among them: they inform (their own table, and the `backend_fault`
-    of the cases they explain); cases and compile checks decide."""
+    of the cases they explain); cases and compile checks decide. The exception is an
+    xpass probe: its known-issue entry is stale and must go, as a case's would."""
     order = {verdict: index for index, verdict in enumerate(PROBLEM_VERDICTS)}
-    deciding = (line for line in lines if kind(line) != PROBE and line["verdict"] in order)
+    deciding = (line for line in lines if line["verdict"] in order
+                and (kind(line) != PROBE or line["verdict"] == verdicts.XPASS))
     return sorted(deciding, key=lambda line: order[line["verdict"]])
 
 
