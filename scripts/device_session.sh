@@ -5,13 +5,14 @@
 #   FA_HARNESS_REVISION=<commit> bash scripts/device_session.sh STEP...
 #
 # Steps: standard | mutants | long | flake | sdpa-flash | sdpa-cudnn | sdpa-efficient | sdpa-math |
-#        diagnose | flash-gqa-seeds
+#        diagnose | flash-gqa-seeds | flake-SPEC (the standard flake set under --distribution SPEC) |
+#        scaled-S (the standard tier under --distribution scaled:S)
 # All steps run at once, as separate processes on the one GPU: verdicts do not depend on timing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 RUNS=reports/runs/device
-mkdir -p "$RUNS" "$OUT"
+mkdir -p "$RUNS/flake-scales" "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RUNS/gpu.txt" 2>&1
 
 step() {  # name, command...
@@ -33,6 +34,10 @@ print('\n'.join(case.id for case in cases('full') if case.id not in standard))")
           step long python -m conformance run "${ids[@]/#/--case=}" --out "$RUNS/long" & pids+=($!) ;;
     mutants) step mutants python -m mutants --tier standard --max-kills 3 --out "$RUNS/mutants" & pids+=($!) ;;
     flake) step flake python -m conformance flake --tier standard --seeds 20 --out "$RUNS/flake" & pids+=($!) ;;
+    flake-*) spec=${name#flake-}; step "$name" python -m conformance flake --tier standard --seeds 20 \
+              --distribution "$spec" --out "$RUNS/flake-scales/${spec//:/-}" & pids+=($!) ;;
+    scaled-*) spec=${name#scaled-}; step "standard-scaled-$spec" python -m conformance run --tier standard \
+              --distribution "scaled:$spec" --out "$RUNS/standard-scaled-$spec" & pids+=($!) ;;
     diagnose) step diagnose env PYTHONPATH=. python reports/h100-sm90/peers/diagnose_sdpa.py & pids+=($!) ;;
     flash-gqa-seeds) step flash-gqa-seeds python -m conformance run --seeds 10 --kernel flash_attention=sdpa:flash \
               --case 'flash_attention.bwd[fp16,d128,causal,B1,H8,Hkv2,Sq509,Sk1024,seed0]' \
