@@ -8,7 +8,8 @@ For every case the runner needs, by tensor name:
   (see below); the rule takes the larger of their two errors as torch_err;
 * for a NaN/Inf input case, the region each tensor's bad value must reach
   (`conformance.bad_inputs`; everything else is computed from a finite stand-in);
-* the operator's term sizes, for the rule's floor (`conformance.rule.floor`).
+* the operator's term sizes and, for gradients, the noise that rounding the stored
+  output puts on them through delta, for the rule's floor (`conformance.rule.floor`).
 
 Why two summation orders
 ------------------------
@@ -42,6 +43,7 @@ class ComparisonPaths(NamedTuple):
     torch_paths: dict       # name -> (in the natural order, with the head dim reversed)
     bad_input_regions: dict
     term_sizes: dict
+    delta_noise: dict       # gradient name -> noise size of rounding O (reference.delta_noise)
 
 
 def comparison_paths(case: Case, op: Operator, inputs: Inputs, replay) -> ComparisonPaths:
@@ -60,7 +62,8 @@ def comparison_paths(case: Case, op: Operator, inputs: Inputs, replay) -> Compar
     natural = op.torch_path(case, tensors, inputs.do, MATCHED, dropout)
     reversed_d = _with_head_dim_reversed(op, case, tensors, inputs.do, dropout)
     paths = {name: (natural[name], reversed_d[name]) for name in natural}
-    return ComparisonPaths(reference, paths, regions, op.term_sizes(case, tensors))
+    noise = op.delta_noise(case, tensors, inputs.do, dropout) if case.direction == "bwd" else {}
+    return ComparisonPaths(reference, paths, regions, op.term_sizes(case, tensors), noise)
 
 
 def _with_head_dim_reversed(op: Operator, case: Case, tensors: dict, do, dropout) -> dict:

@@ -35,6 +35,9 @@ class Operator:
     term_sizes: (case, detached inputs) -> {tensor name: size of the terms it is computed
               from}, for tensors whose fp32 rounding is set by terms larger than the result
               itself (see `conformance.rule.floor`); tensors not named use their own size
+    delta_noise: (case, detached inputs, do, dropout replay) -> {gradient name: size of the
+              noise that rounding the stored output O puts on it through delta}, for backward
+              cases (`reference.delta_noise`; see `conformance.rule.floor`)
     """
 
     name: str
@@ -43,6 +46,7 @@ class Operator:
     outputs: Callable
     torch_path: TorchPath
     term_sizes: Callable[[Case, dict], dict] = lambda case, inputs: {}
+    delta_noise: Callable = lambda case, inputs, do, dropout: {}
 
     def gradient_names(self) -> list[str]:
         return [f"d{name}" for name in self.inputs]
@@ -115,6 +119,15 @@ def _flash_term_sizes(case: Case, inputs: dict) -> dict:
     return {"lse": scores, "total": scores}
 
 
+def _flash_delta_noise(case: Case, inputs: dict, do, dropout) -> dict:
+    from reference import REFERENCE, attention_delta_noise, attention_forward
+
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    options = {"dropout": dropout} if dropout is not None else {}
+    out, lse = attention_forward(q, k, v, causal=case.causal, precision=REFERENCE, **options)
+    return attention_delta_noise(q, k, v, out, do, lse, causal=case.causal)
+
+
 FLASH_ATTENTION = Operator(
     name="flash_attention",
     inputs={"q": "q", "k": "kv", "v": "kv"},
@@ -122,6 +135,7 @@ FLASH_ATTENTION = Operator(
     outputs=_flash_outputs,
     torch_path=_flash_torch_path,
     term_sizes=_flash_term_sizes,
+    delta_noise=_flash_delta_noise,
 )
 
 
@@ -144,12 +158,21 @@ def _piecewise_torch_path(case: Case, inputs: dict, do, precision, dropout) -> d
     return dict(zip(("dq1", "dk1", "dq2", "dk2", "dv"), grads))
 
 
+def _piecewise_delta_noise(case: Case, inputs: dict, do, dropout) -> dict:
+    from reference import REFERENCE, piecewise_delta_noise, piecewise_forward
+
+    args = [inputs[name] for name in ("q1", "k1", "q2", "k2", "v")]
+    out, lse = piecewise_forward(*args, case.dist, causal=case.causal, precision=REFERENCE)
+    return piecewise_delta_noise(*args, out, do, lse, case.dist, causal=case.causal)
+
+
 PIECEWISE_ATTENTION = Operator(
     name="piecewise_attention",
     inputs={"q1": "q", "k1": "kv", "q2": "q", "k2": "kv", "v": "kv"},
     call=_piecewise_call,
     outputs=lambda case, result, seed_offset=False: returns.parse(result, ["out"]),
     torch_path=_piecewise_torch_path,
+    delta_noise=_piecewise_delta_noise,
 )
 
 OPERATORS = {op.name: op for op in (FLASH_ATTENTION, PIECEWISE_ATTENTION)}

@@ -161,7 +161,8 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
     if contract_problem:
         return {"rule_verdict": verdicts.ERROR, "reason": f"{CONTRACT_PREFIX}{contract_problem}", **convention}
     tensors = [compare_tensor(name, kernel[name], paths.torch_paths[name], ref, _expected_dtype(case, name),
-                              bad_input=paths.bad_input_regions.get(name), term_size=paths.term_sizes.get(name, 0.0))
+                              bad_input=paths.bad_input_regions.get(name), term_size=paths.term_sizes.get(name, 0.0),
+                              delta_noise=paths.delta_noise.get(name, 0.0))
                for name, ref in paths.reference.items()]
     verdict, reason = _rule_verdict(tensors)
     extra = {"dropout_keep_rate": replay.keep_rate()} if replay is not None else {}

@@ -118,12 +118,18 @@ PARAMETER_EXPONENTS = {
 }
 
 
+# The input scales peers' suites draw q, k, v (and dO) with: FlagAttention uses standard
+# deviations 1 to 4, and 10 for decode shapes.
+PEER_SCALES = (1.0, 2.0, 3.0, 4.0, 10.0)
+
+
 def distributions(dtype: str = "fp16"):
-    """None (plain N(0, 1)) or a Distribution whose parameter suits `dtype`."""
+    """None (plain N(0, 1)), a peer's input scale, or a Distribution whose parameter suits `dtype`."""
     shaped = st.sampled_from(sorted(PARAMETER_EXPONENTS)).flatmap(
         lambda kind: st.integers(*PARAMETER_EXPONENTS[kind][dtype]).map(
             lambda exponent: Distribution(kind, 2.0**exponent)))
-    return st.one_of(st.none(), shaped)
+    peer_scales = st.sampled_from([Distribution("scaled", scale) for scale in PEER_SCALES])
+    return st.one_of(st.none(), peer_scales, shaped)
 
 
 @st.composite

@@ -35,7 +35,7 @@ print('\n'.join(case.id for case in cases('full') if case.id not in standard))")
     mutants) step mutants python -m mutants --tier standard --max-kills 3 --out "$RUNS/mutants" & pids+=($!) ;;
     flake) step flake python -m conformance flake --tier standard --seeds 20 --out "$RUNS/flake" & pids+=($!) ;;
     flake-*) spec=${name#flake-}; step "$name" python -m conformance flake --tier standard --seeds 20 \
-              --distribution "$spec" --out "$RUNS/flake-scales/${spec//:/-}" & pids+=($!) ;;
+              --distributions "$spec" --out "$RUNS/flake-scales" & pids+=($!) ;;
     scaled-*) spec=${name#scaled-}; step "standard-scaled-$spec" python -m conformance run --tier standard \
               --distribution "scaled:$spec" --out "$RUNS/standard-scaled-$spec" & pids+=($!) ;;
     diagnose) step diagnose env PYTHONPATH=. python reports/h100-sm90/peers/diagnose_sdpa.py & pids+=($!) ;;
@@ -49,5 +49,8 @@ print('\n'.join(case.id for case in cases('full') if case.id not in standard))")
   esac
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
+if [ -d "$RUNS/flake-scales" ] && ls "$RUNS"/flake-scales/*/results.jsonl >/dev/null 2>&1; then
+  python -m conformance flake --render "$RUNS/flake-scales" > "$RUNS/flake-scales.log" 2>&1
+fi
 tar czf "$OUT/runs.tgz" -C reports/runs device
 cat "$RUNS/steps.log"

@@ -118,3 +118,14 @@ def test_the_former_false_alarms_pass(case_id):
     dot (kernels.blocks.mma): each of them passes now."""
     line = judged(Case.from_id(case_id))
     assert line["verdict"] == "pass", strategies.reproducer(line)
+
+
+def test_the_false_alarm_at_peers_input_scale_passes():
+    """Finding E (reports/flake-cpu/findings.md): an MQA decode backward in bf16 at inputs x4
+    failed dK at 2.11 on the H100 and here, both paths several ulps off through delta's
+    read of the rounded output; the floor's delta noise (reference/delta_noise.py) covers it."""
+    case = Case.from_id("flash_attention.bwd[bf16,d32,causal,B2,H8,Hkv1,Sq1,Sk1000,seed0]")
+    line = judged(case, Distribution("scaled", 4.0))
+    assert line["verdict"] == "pass", strategies.reproducer(line)
+    (dk,) = [tensor for tensor in line["tensors"] if tensor["name"] == "dk"]
+    assert dk["delta_noise"] > dk["magnitude"]  # the noise, not the result's size, sets the floor here

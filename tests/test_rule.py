@@ -134,7 +134,13 @@ def test_compare_tensor_records_all_numbers():
     torch_path = torch.tensor([[1.0 + 2**-10, -2.0]])
     record = compare_tensor("out", kernel, torch_path, ref, "fp32")
     assert record == {"name": "out", "kernel_err": 2**-9, "torch_err": 2**-10, "floor": 4.0 * 2**-24,
-                      "ratio": 2.0, "nonfinite": 0, "passed": True}
+                      "magnitude": 2.0, "ratio": 2.0, "nonfinite": 0, "passed": True}
+
+
+def test_the_delta_noise_raises_the_floor_at_the_outputs_rounding():
+    ref = torch.tensor([[1.0, -2.0]], dtype=torch.float64)
+    record = compare_tensor("dk", ref.to(torch.bfloat16), ref, ref, "bf16", delta_noise=3.0)
+    assert record["floor"] == floor("bf16", ref) + 3.0 * 2**-8 and record["delta_noise"] == 3.0
 
 
 # --- known issues -------------------------------------------------------------------
