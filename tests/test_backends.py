@@ -14,9 +14,6 @@ PROFILE = backends.activate()  # before `import kernels` (TRITON_INTERPRET on CP
 import kernels.launch  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def keep_active_profile(monkeypatch):
-    monkeypatch.setattr(backends, "_active", backends._active)
 
 
 def target(backend, arch, warp_size):

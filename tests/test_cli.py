@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from conformance import backends
 from conformance.catalog import cases
 from conformance.cli import main
 from conformance.results import read_env, read_results
@@ -18,10 +17,6 @@ FWD_FP16_LSE = "flash_attention.fwd[fp16,d16,causal,B1,H2,Hkv2,Sq20,Sk11,lse,see
 BWD_FP16 = "flash_attention.bwd[fp16,d16,causal,B2,H2,Hkv1,Sq13,Sk21,seed0]"
 
 
-@pytest.fixture(autouse=True)
-def keep_active_profile(monkeypatch):
-    """In-process runs activate profiles; give later tests back the one they had."""
-    monkeypatch.setattr(backends, "_active", backends._active)
 
 
 def run_cli(tmp_path, fake, *case_ids, extra=()):

@@ -4,7 +4,6 @@ and the command line's answers to a bad --kernel, --capabilities or --dropout-ma
 import pytest
 import torch
 
-from conformance import backends
 from conformance.cli import main
 from conformance.capabilities import NotSupported
 from conformance.peers import sdpa
@@ -16,10 +15,6 @@ SQUARE_FWD = "flash_attention.fwd[fp16,d16,causal,B1,H2,Hkv2,Sq16,Sk16,seed0]"
 LSE_FWD = "flash_attention.fwd[fp16,d16,causal,B1,H2,Hkv2,Sq20,Sk11,lse,seed0]"
 
 
-@pytest.fixture(autouse=True)
-def keep_active_profile(monkeypatch):
-    """In-process runs activate profiles; give later tests back the one they had."""
-    monkeypatch.setattr(backends, "_active", backends._active)
 
 
 def run(tmp_path, kernel: str, *case_ids, extra=()):
