@@ -210,7 +210,7 @@ def command_flake(args) -> int:
     except ValueError as exc:
         raise cli.UsageError(f"argument --tier: {exc}") from None
     try:
-        specs = flake_scales.distributions(args.distributions) if args.distributions else None
+        specs = flake_scales.distributions(args.distributions) if args.distributions is not None else None
     except ValueError as exc:
         raise cli.UsageError(f"argument {exc}") from None
     if specs and (args.distribution or args.resume):
