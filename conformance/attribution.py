@@ -16,6 +16,8 @@ not Triton, and an output-contract error (a malformed return) is never a backend
 from __future__ import annotations
 
 from conformance import verdicts
+from conformance.implementations import BUILTIN_ADAPTERS
+from conformance.returns import CONTRACT_PREFIX
 
 # Probe ids every case relies on, whatever its dtype and features.
 ALWAYS = ("probe.exp2[fp32]", "probe.row_max[fp32]", "probe.row_sum[fp32]")
@@ -31,8 +33,7 @@ BY_DTYPE = {
 BY_FEATURE = {"dropout": ("probe.philox[uint32]",)}
 
 _CASE_FAILURES = frozenset({verdicts.FAIL, verdicts.NONFINITE, verdicts.ERROR})
-_NOT_TRITON = ("sdpa:",)  # conformance.implementations.BUILTIN_ADAPTERS
-_CONTRACT_PREFIX = "output contract: "  # conformance.runner.CONTRACT_PREFIX
+_NOT_TRITON = tuple(f"{name}:" for name in BUILTIN_ADAPTERS)  # peers that are not Triton
 _PROBE_FAILURES = frozenset({verdicts.FAIL, verdicts.ERROR})
 
 
@@ -59,7 +60,7 @@ def backend_fault(line: dict, probe_lines: list[dict]) -> str | None:
     under a known issue (xfail; its `rule_verdict` is fail or error), with the issue's id."""
     if line.get("rule_verdict", line.get("verdict")) not in _CASE_FAILURES:
         return None
-    if not relies_on_triton(line) or (line.get("reason") or "").startswith(_CONTRACT_PREFIX):
+    if not relies_on_triton(line) or (line.get("reason") or "").startswith(CONTRACT_PREFIX):
         return None  # a peer that is not Triton, or a malformed return: no primitive to blame
     failed = {probe["case"]: probe for probe in probe_lines
               if probe.get("rule_verdict", probe.get("verdict")) in _PROBE_FAILURES}

@@ -217,20 +217,22 @@ def command_flake(args) -> int:
         raise cli.UsageError("argument --distributions: not with --distribution or --resume")
     out = args.resume or args.out or str(default_run_dir(f"flake-{profile.key}"))
     if not specs:
-        code = _run(cli, args, base, out)
+        code = _run(args, base, out)
         return code if code == cli.EXIT_USAGE else _finish(out, code)
     codes = []
     for spec in specs:
         print(f"conformance flake: distribution {spec} ({len(codes) + 1} of {len(specs)})", flush=True)
-        codes.append(_run(cli, args, base, str(Path(out) / flake_scales.folder_name(spec)), spec))
+        codes.append(_run(args, base, str(Path(out) / flake_scales.folder_name(spec)), spec))
         if codes[-1] == cli.EXIT_USAGE:
             return cli.EXIT_USAGE
         write_report(Path(out) / flake_scales.folder_name(spec))
     return _finish_scales(out, max(codes))
 
 
-def _run(cli, args, base: list[Case], out: str, distribution: str | None = None) -> int:
+def _run(args, base: list[Case], out: str, distribution: str | None = None) -> int:
     """`run` of the flake set's cases under the seeds (and a distribution) into `out`."""
+    from conformance import cli
+
     run_args = dict(vars(args), tier="auto", case=[] if args.resume else [case.id for case in base],
                     kernel=[], capabilities=None, dropout_mask=[], op=[], out=out)
     if distribution is not None:

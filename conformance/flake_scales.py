@@ -26,11 +26,12 @@ from conformance.catalog import Case
 from conformance.reporting import summary
 from conformance.reporting.markdown import code, table
 from conformance.results import RESULTS_FILE
+from conformance.rule import UNIT_ROUNDOFF
+from conformance.runner import expected_dtype
 
 PEERS = ("scaled:1", "scaled:2", "scaled:4", "scaled:10", "logits:64", "outliers:16", "nearconst:0.001")
 PRESETS = {"peers": PEERS}
 REPORT_FILE = "flake-scales.md"
-MANTISSA_BITS = {"fp16": 10, "bf16": 7, "fp32": 23}
 SHARED_ROUNDINGS = (
     "Rounding steps the kernel and the torch path share (reference.MATCHED): inputs in their dtype; "
     "P rounded to the input dtype before P.V and P^T.dO; the output O stored in the input dtype, "
@@ -62,19 +63,13 @@ def run_folders(run_dir: str | Path) -> list[Path]:
 
 def ulps(error: float, magnitude: float, dtype: str) -> float | None:
     """`error` in units in the last place of `dtype` at `magnitude`."""
-    if dtype not in MANTISSA_BITS or not magnitude or not math.isfinite(error):
+    if dtype not in UNIT_ROUNDOFF or not magnitude or not math.isfinite(error):
         return None
-    return error / 2.0 ** (math.floor(math.log2(magnitude)) - MANTISSA_BITS[dtype])
+    return error / (2.0 * UNIT_ROUNDOFF[dtype] * 2.0 ** math.floor(math.log2(magnitude)))
 
 
 def _spec(line: dict) -> str:
     return line.get("distribution") or "normal"
-
-
-def _tensor_dtype(line: dict, name: str) -> str:
-    if name in ("lse", "total"):
-        return "fp32"
-    return "fp16" if line["dtype"].startswith("fp8") else line["dtype"]
 
 
 def _summary_rows(by_spec: dict) -> list[list]:
@@ -93,7 +88,7 @@ def _pivot_rows(by_spec: dict) -> tuple[list[str], list[list]]:
     for spec, lines in by_spec.items():
         for line in lines:
             for tensor in line.get("tensors", []):
-                key = (_tensor_dtype(line, tensor["name"]), tensor["name"])
+                key = (expected_dtype(Case.from_id(line["case"]), tensor["name"]), tensor["name"])
                 worst, alarms = cells.get((key, spec), (None, 0))
                 ratio = summary.worst([tensor["ratio"]])
                 worst = ratio if worst is None or (ratio is not None and ratio > worst) else worst
@@ -116,7 +111,7 @@ def borderline_events(lines: list[dict]) -> list[list]:
         for tensor in line.get("tensors", []):
             if tensor["passed"] or not math.isfinite(tensor["ratio"]):
                 continue
-            dtype, magnitude = _tensor_dtype(line, tensor["name"]), tensor.get("magnitude") or 0.0
+            dtype, magnitude = expected_dtype(Case.from_id(line["case"]), tensor["name"]), tensor.get("magnitude") or 0.0
             in_ulps = [ulps(tensor[key], magnitude, dtype) for key in ("kernel_err", "torch_err", "floor")]
             rows.append([code(line["case"]), _spec(line), tensor["name"], summary.format_ratio(tensor["ratio"]),
                          *("-" if value is None else f"{value:.2f}" for value in in_ulps),

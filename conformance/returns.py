@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 COMPACT, PLACEHOLDERS, FULL = "compact", "placeholders", "full"
+# How an error line's reason starts when the implementation broke the output contract.
+CONTRACT_PREFIX = "output contract: "
 EXTRAS = ("lse", "total")  # the optional outputs, in placeholder order
 
 

@@ -33,7 +33,7 @@ from conformance.implementations import Implementations, reproduce_command
 from conformance.inputs import DTYPE_NAMES, TORCH_DTYPES, Inputs, make_inputs
 from conformance.operators import OPERATORS, Operator
 from conformance.reporting import summary
-from conformance.returns import Returned
+from conformance.returns import CONTRACT_PREFIX, Returned
 from conformance.rule import BOUND, compare_tensor
 
 _TRACEBACK_LINES = 20
@@ -49,7 +49,6 @@ class OutputContract(Exception):
     (conformance.returns): neither return convention, or a non-tensor output."""
 
 
-CONTRACT_PREFIX = "output contract: "
 
 
 def base_line(case: Case, backend_key: str, implementation: str, reproduce: str) -> dict:
@@ -160,7 +159,7 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
     contract_problem = _contract_problem(case, kernel, paths.reference)
     if contract_problem:
         return {"rule_verdict": verdicts.ERROR, "reason": f"{CONTRACT_PREFIX}{contract_problem}", **convention}
-    tensors = [compare_tensor(name, kernel[name], paths.torch_paths[name], ref, _expected_dtype(case, name),
+    tensors = [compare_tensor(name, kernel[name], paths.torch_paths[name], ref, expected_dtype(case, name),
                               bad_input=paths.bad_input_regions.get(name), term_size=paths.term_sizes.get(name, 0.0),
                               delta_noise=paths.delta_noise.get(name, 0.0))
                for name, ref in paths.reference.items()]
@@ -225,7 +224,7 @@ class _Launch:
             raise OutputContract(str(exc)) from None
 
 
-def _expected_dtype(case: Case, name: str) -> str:
+def expected_dtype(case: Case, name: str) -> str:
     """The dtype a tensor must come back in (and whose rounding the rule's floor allows):
     lse and total are fp32 statistics; the rest are what the same-precision torch path
     returns for the case's inputs (the input dtype; fp16 for fp8 inputs)."""
@@ -243,8 +242,8 @@ def _contract_problem(case: Case, kernel: dict, reference: dict) -> str | None:
         if actual.shape != ref.shape:
             return f"{name} has shape {tuple(actual.shape)}, expected {tuple(ref.shape)}"
         dtype = DTYPE_NAMES.get(actual.dtype, str(actual.dtype))
-        if dtype != _expected_dtype(case, name):
-            return f"{name} has dtype {dtype}, expected {_expected_dtype(case, name)}"
+        if dtype != expected_dtype(case, name):
+            return f"{name} has dtype {dtype}, expected {expected_dtype(case, name)}"
         if actual.device.type != ref.device.type:
             return f"{name} is on {actual.device}, expected {ref.device.type}"
     return None

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from conformance import verdicts
 from conformance.catalog import DIRECTIONS, DTYPES
+from conformance.implementations import BUNDLED_MODULE
 
 CASE, PROBE, COMPILE = "case", "probe", "compile"
 KINDS = (CASE, PROBE, COMPILE)
@@ -164,7 +165,7 @@ def implementation_table(env: dict, lines: list[dict]) -> tuple[list[str], list[
     rows = []
     for op, name in names.items():
         declared = declarations.get(op) or {}
-        if name.startswith("kernels:") and not declared and not conventions.get(op):
+        if name.startswith(f"{BUNDLED_MODULE}:") and not declared and not conventions.get(op):
             continue
         keys = declared.get("declared") or {}
         text = "; ".join(f"{key}={_declared_value(value)}" for key, value in keys.items() if key != "reasons")
