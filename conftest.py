@@ -1,4 +1,4 @@
 """Repository-wide pytest setup: the conformance plugin (options, backend
 activation before any kernel import, and the catalog cases of conformance/suite.py)."""
 
-pytest_plugins = ["conformance.plugin"]
+pytest_plugins = ["conformance.running.plugin"]

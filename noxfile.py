@@ -224,7 +224,7 @@ def benchmark(session: nox.Session) -> None:
     """TFLOP/s and peak memory of the bundled kernel next to torch SDPA's backends (needs a GPU).
 
     Writes reports/runs/<time>-benchmark/ (benchmark.jsonl, env.json, benchmark.md and
-    the plot: PNG if matplotlib is installed, else SVG). Extra arguments go to
+    the plot, benchmark.svg). Extra arguments go to
     benchmarks/flash_benchmark.py, e.g. `nox -s benchmark -- --quick` or `-- --out DIR`.
     """
     install_dependencies(session, gpu=True)
@@ -247,13 +247,13 @@ def matrix(session: nox.Session, triton: str) -> None:
     An isolated virtualenv (the host's triton is never seen) with torch kept at
     FA_TORCH_REQUIREMENT; writes reports/matrix/<label>/triton-<version>/ and
     re-renders reports/matrix/<label>/matrix.md. Extra arguments go to
-    `python -m conformance.matrix_job` (e.g. `-- -n 2`, `-- --label h100`).
+    `python -m conformance.robustness.matrix_job` (e.g. `-- -n 2`, `-- --label h100`).
     """
     _share_host_packages(session, None)
     session.install(REQUIREMENTS["torch"], MATRIX_NUMPY.get(triton, "numpy"),
                     *(REQUIREMENTS[m] for m in ("pytest", "xdist", "hypothesis", "tabulate", "packaging")))
     session.install(f"triton=={triton}")  # after torch, whose CUDA builds pin a triton of their own
-    session.run("python", "-m", "conformance.matrix_job", *session.posargs)
+    session.run("python", "-m", "conformance.robustness.matrix_job", *session.posargs)
 
 
 if __name__ == "__main__":  # `python noxfile.py` is not how to run this file

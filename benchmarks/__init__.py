@@ -4,5 +4,5 @@
 
 grid.py (what is measured, FLOP arithmetic), timing.py (CUDA events, peak memory),
 implementations.py (bundled kernel, SDPA backends), report.py (benchmark.md and the
-plot, from benchmark.jsonl only), svg.py (the plot without matplotlib).
+plot, from benchmark.jsonl only), svg.py (the plot).
 """

@@ -7,7 +7,7 @@
 Writes DIR (default reports/runs/<UTC time>-benchmark): env.json (the conformance
 environment fingerprint plus the benchmark's method), benchmark.jsonl (one line per
 implementation x direction x problem, written as measured), benchmark.md (tables)
-and the plot of TFLOP/s against S (benchmark.png with matplotlib, else benchmark.svg).
+and the plot of TFLOP/s against S (benchmark.svg).
 Needs a CUDA (or ROCm) GPU; repetitions are bounded so the full grid fits in a few minutes.
 """
 

@@ -3,13 +3,12 @@
 benchmark.md: the environment, the method, the plot, and per (dtype, head dim, mask)
 panel a table of TFLOP/s and one of peak memory (forward / backward per cell) with
 every skip and error and its reason. The plot of TFLOP/s against S has one panel per
-(dtype, head dim, mask) and one line per implementation and direction: benchmark.png
-when matplotlib (an optional extra) is importable, else benchmark.svg (benchmarks/svg.py).
+(dtype, head dim, mask) and one line per implementation and direction: benchmark.svg
+(benchmarks/svg.py: no plotting dependency, the same file on every machine).
 """
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from tabulate import tabulate
 from benchmarks import svg
 from conformance.reporting import summary
 from conformance.reporting.markdown import table as markdown_table
-from conformance.results import from_json, read_env
+from conformance.running.results import read_env, read_json_lines
 
 BENCHMARK_FILE, MARKDOWN_FILE = "benchmark.jsonl", "benchmark.md"
 COLORS = {"bundled": "#d62728", "sdpa-flash": "#1f77b4", "sdpa-cudnn": "#2ca02c",
@@ -32,15 +31,7 @@ _PLOT_TITLE = "TFLOP/s against sequence length (solid: forward, dashed: backward
 
 def read_run(run_dir) -> tuple[dict, list[dict]]:
     """(env.json, the lines of benchmark.jsonl) of a run folder; a torn last line is skipped."""
-    text = (Path(run_dir) / BENCHMARK_FILE).read_text(encoding="utf-8").splitlines()
-    lines = []
-    for number, raw in enumerate(text, start=1):
-        try:
-            lines.append(from_json(raw))
-        except json.JSONDecodeError:
-            if number != len(text):
-                raise
-    return read_env(run_dir), lines
+    return read_env(run_dir), read_json_lines(Path(run_dir) / BENCHMARK_FILE)
 
 
 def panel_title(dtype: str, head_dim: int, causal: bool) -> str:
@@ -143,28 +134,21 @@ def plot_series(lines: list[dict]) -> list[tuple[str, dict]]:
     return panels
 
 
-def write_plot(run_dir: Path, lines: list[dict], use_matplotlib: bool = True) -> Path:
-    """benchmark.png (matplotlib) or benchmark.svg (no matplotlib, or use_matplotlib=False)."""
+def write_plot(run_dir: Path, lines: list[dict]) -> Path:
+    """benchmark.svg."""
     panels = plot_series(lines)
     colors = {name: COLORS.get(name, "#000000") for name in _implementations(lines)}
-    if use_matplotlib:
-        try:
-            from benchmarks.matplotlib_plot import write_png
-        except ImportError:
-            pass
-        else:
-            return write_png(run_dir / "benchmark.png", panels, colors, DASHES, _PLOT_TITLE)
     path = run_dir / "benchmark.svg"
     path.write_text(svg.line_panels(panels, colors, DASHES, "sequence length S", "TFLOP/s", _PLOT_TITLE),
                     encoding="utf-8")
     return path
 
 
-def write_report(run_dir, use_matplotlib: bool = True) -> list[Path]:
+def write_report(run_dir) -> list[Path]:
     """Write the plot and benchmark.md into the run folder; returns their paths."""
     run_dir = Path(run_dir)
     env, lines = read_run(run_dir)
-    plot = write_plot(run_dir, lines, use_matplotlib)
+    plot = write_plot(run_dir, lines)
     path = run_dir / MARKDOWN_FILE
     path.write_text(markdown(env, lines, plot.name), encoding="utf-8")
     return [path, plot]

@@ -17,7 +17,7 @@ import torch
 from benchmarks import grid, implementations
 from benchmarks.report import BENCHMARK_FILE
 from benchmarks.timing import RepetitionPolicy, median_ms, peak_bytes
-from conformance.inputs import TORCH_DTYPES
+from conformance.cases.inputs import TORCH_DTYPES
 
 FULL_POLICY = RepetitionPolicy()
 QUICK_POLICY = RepetitionPolicy(target_ms=20.0, min_reps=3, max_reps=5)
@@ -83,8 +83,8 @@ def measure(name: str, problem: grid.Problem, direction: str, tensors, free_byte
 
 def write_environment(out: Path, quick: bool, policy: RepetitionPolicy) -> dict:
     from conformance import backends
-    from conformance.environment import command_line, fingerprint
-    from conformance.results import write_env
+    from conformance.running.environment import command_line, fingerprint
+    from conformance.running.results import write_env
 
     profile = backends.activate()  # before the bundled kernels are imported
     env = fingerprint(profile, tier=None, implementations={"bundled": "kernels:flash_attention",
@@ -101,7 +101,7 @@ def write_environment(out: Path, quick: bool, policy: RepetitionPolicy) -> dict:
 
 def run_benchmark(out: Path, problems: list[grid.Problem], names: list[str], quick: bool = False) -> Path:
     """Measure every problem with every named implementation; returns benchmark.jsonl's path."""
-    from conformance.results import to_json
+    from conformance.running.results import to_json
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

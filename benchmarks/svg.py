@@ -1,7 +1,7 @@
 """A small hand-written SVG line plot: panels of series against a log2 x axis.
 
-Used for the benchmark plot when matplotlib is not installed (it is an optional
-extra), so the report always has its picture. Plain SVG 1.1, no scripts or fonts
+The benchmark plot: no plotting dependency, the same picture on every machine.
+Plain SVG 1.1, no scripts or fonts
 beyond sans-serif; GitHub and browsers render it inline.
 """
 

@@ -1,6 +1,6 @@
 """The conformance catalog as a pytest test file.
 
-`conformance.plugin` collects this file as the selected catalog cases -- one test
+`conformance.running.plugin` collects this file as the selected catalog cases -- one test
 item per case, node id `conformance/suite.py::<case id>` -- so it defines nothing
 itself. Give it to pytest together with the plugin's options:
 

@@ -1,16 +1,30 @@
-"""Bundled Triton attention kernels.
+"""Bundled Triton attention kernels: `flash_attention` and `piecewise_attention`.
 
-Import after `conformance.backends.activate()` when running on Triton's CPU
-interpreter: TRITON_INTERPRET=1 must be set before the kernels are defined.
+They stand alone (torch and triton only): their launch tables per target live in
+kernels.tuning, what each target supports in kernels.targets.  To run them on
+Triton's CPU interpreter, set TRITON_INTERPRET=1 before the operators are first
+used (triton reads it when a kernel is defined).  The operators are imported on
+first access, so `kernels.targets` and `kernels.tuning` can be read before that
+choice is made.
 """
 
-from kernels.allocation import poisoned_outputs
-from kernels.dropout import dropout_keep_mask
-from kernels.flash import flash_attention
-from kernels.piecewise import piecewise_attention
+import importlib
 
-# The harness replays a dropout mask through this attribute of the operator
-# (implementations judged with --kernel provide their own).
-flash_attention.dropout_keep_mask = dropout_keep_mask
+# Module of each public name, relative to this package (a renamed copy of the package,
+# such as a mutant's, then finds its own modules).
+_HOMES = {
+    "flash_attention": "flash",
+    "piecewise_attention": "piecewise",
+    "dropout_keep_mask": "dropout",
+    "poisoned_outputs": "allocation",
+}
 
-__all__ = ["dropout_keep_mask", "flash_attention", "piecewise_attention", "poisoned_outputs"]
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'kernels' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value

@@ -58,11 +58,11 @@ def load_tile(base, rows, cols, stride_row, stride_col, n_rows, n_cols):
 
 @triton.jit
 def store_tile(base, tile, rows, cols, stride_row, stride_col, n_rows, n_cols,
-               EMULATE_BF16: tl.constexpr):
+               INTERPRETED: tl.constexpr):
     """Store tile to base[rows, cols], rounded to the destination dtype, skipping padding."""
     ptrs = base + rows[:, None] * stride_row + cols[None, :] * stride_col
     in_range = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-    tl.store(ptrs, narrow(tile, base.dtype.element_ty, EMULATE_BF16), mask=in_range)
+    tl.store(ptrs, narrow(tile, base.dtype.element_ty, INTERPRETED), mask=in_range)
 
 
 @triton.jit
@@ -72,16 +72,16 @@ def load_row_stat(base, rows, n_rows, missing):
 
 
 @triton.jit
-def narrow(x, dtype: tl.constexpr, EMULATE_BF16: tl.constexpr):
+def narrow(x, dtype: tl.constexpr, INTERPRETED: tl.constexpr):
     """Round fp32 x to `dtype` to nearest, ties to even (what GPUs' cvt.rn does).
 
-    EMULATE_BF16 works around Triton's CPU interpreter, whose fp32 -> bf16 cast
+    INTERPRETED works around Triton's CPU interpreter, whose fp32 -> bf16 cast
     truncates (rounds toward zero; measured in triton 3.9): the bias of always
     rounding probabilities down adds up over a row and doubles the error of
     dV.  Rounding in integer arithmetic first makes the value exactly
     representable, so the interpreter's cast no longer changes it.
     """
-    if EMULATE_BF16:
+    if INTERPRETED:
         if dtype == tl.bfloat16:
             bits = x.to(tl.uint32, bitcast=True)
             bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
@@ -90,27 +90,32 @@ def narrow(x, dtype: tl.constexpr, EMULATE_BF16: tl.constexpr):
 
 
 @triton.jit
-def mma(a, b, acc, EMULATE_BF16: tl.constexpr):
+def mma(a, b, acc, INTERPRETED: tl.constexpr):
     """acc + a @ b, accumulated in fp32.
 
-    EMULATE_BF16 is set on Triton's CPU interpreter only, and works around two of
+    INTERPRETED is set on Triton's CPU interpreter only, and works around two of
     its tl.dot faults.  bf16: the result is wrong; casting bf16 to fp32 first is
     numerically faithful, as a product of two bf16 values (8-bit significands) is
     exact in fp32 and the sum is fp32 either way.  fp32: numpy's matmul rounds the
     same dot product differently for different operand shapes, so the backward's
     recomputed scores disagreed with the forward's and the fp32 backward of small
     problems was up to 3.9x less accurate than torch (reports/flake-cpu/findings.md,
-    finding D); summing the K products in order, as an MMA does, gives every tile
-    the same rounding.  On GPUs fp32 operands use "ieee" so a float32 kernel is
-    really float32, not tf32.
+    finding D).  Exact products summed in fp64 and rounded once give every tile
+    the same rounding; rounding each product first (as an in-order fp32 sum of
+    a * b does) doubled the scores' noise next to an MMA's fused multiply-adds and
+    cost fp32 gradients at large logits 2.5x torch's error (finding G).  On GPUs
+    fp32 operands use "ieee" so a float32 kernel is really float32, not tf32.
     """
-    if EMULATE_BF16:
+    if INTERPRETED:
         if a.dtype == tl.bfloat16:
             a = a.to(tl.float32)
         if b.dtype == tl.bfloat16:
             b = b.to(tl.float32)
-    if EMULATE_BF16 and a.dtype == tl.float32:
-        acc += tl.sum(a[:, :, None] * b[None, :, :], 1)  # K summed in order, any tile shape
+    if INTERPRETED and a.dtype == tl.float32:
+        # Products exact and summed in fp64, rounded to fp32 once: an MMA's products
+        # are exact too (FMA), and one final rounding is the same for every tile shape.
+        products = a.to(tl.float64)[:, :, None] * b.to(tl.float64)[None, :, :]
+        acc = (acc.to(tl.float64) + tl.sum(products, 1)).to(tl.float32)
     elif a.dtype == tl.float32:
         acc = tl.dot(a, b, acc, input_precision="ieee")
     elif a.dtype.is_fp8():
@@ -222,21 +227,21 @@ def finished_rows(acc, row_max, row_sum, sm_scale):
 
 
 @triton.jit
-def raw_scores(q, k, EMULATE_BF16: tl.constexpr):
+def raw_scores(q, k, INTERPRETED: tl.constexpr):
     """Unscaled scores q @ k^T of a [M, D] and an [N, D] tile, fp32."""
     zero = tl.zeros((q.shape[0], k.shape[0]), dtype=tl.float32)
-    return mma(q, tl.trans(k), zero, EMULATE_BF16)
+    return mma(q, tl.trans(k), zero, INTERPRETED)
 
 
 @triton.jit
-def scores(q, k, qk_scale, EMULATE_BF16: tl.constexpr):
+def scores(q, k, qk_scale, INTERPRETED: tl.constexpr):
     """Base-2 scores (q @ k^T) * sm_scale * log2(e), fp32."""
-    return raw_scores(q, k, EMULATE_BF16) * qk_scale
+    return raw_scores(q, k, INTERPRETED) * qk_scale
 
 
 @triton.jit
 def probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale,
-                  CAUSAL: tl.constexpr, EMULATE_BF16: tl.constexpr):
+                  CAUSAL: tl.constexpr, INTERPRETED: tl.constexpr):
     """Normalised attention probabilities of a tile, rebuilt from the stored natural-log
     normalizer `lse` (-inf for rows that see no key, which yields 0, as do invisible pairs).
 
@@ -244,17 +249,17 @@ def probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale,
     difference is scaled by log2(e).  Scaling first (s * sm_scale * log2(e) -
     lse * log2(e)) rounds both terms at their full magnitude, which cost the fp32
     total attention 2-3x torch's error (measured on the interpreter, Sq = 70..300)."""
-    s = raw_scores(q, k, EMULATE_BF16) * sm_scale
+    s = raw_scores(q, k, INTERPRETED) * sm_scale
     finite_lse = tl.where(lse == float("-inf"), float("inf"), lse)
     p = tl.math.exp2((s - finite_lse[:, None]) * LOG2_E)
     return tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), p, 0.0)
 
 
 @triton.jit
-def value_gradient(do, v, EMULATE_BF16: tl.constexpr):
+def value_gradient(do, v, INTERPRETED: tl.constexpr):
     """dP = dO @ V^T of a tile, fp32: the gradient of the weights that multiplied V."""
     zero = tl.zeros((do.shape[0], v.shape[0]), dtype=tl.float32)
-    return mma(do, tl.trans(v), zero, EMULATE_BF16)
+    return mma(do, tl.trans(v), zero, INTERPRETED)
 
 
 @triton.jit
@@ -264,9 +269,9 @@ def softmax_gradient(p, dp, delta):
 
 
 @triton.jit
-def score_gradient(p, do, v, delta, EMULATE_BF16: tl.constexpr):
+def score_gradient(p, do, v, delta, INTERPRETED: tl.constexpr):
     """dS = P * (dO @ V^T - delta), fp32: the softmax backward of one tile."""
-    return softmax_gradient(p, value_gradient(do, v, EMULATE_BF16), delta)
+    return softmax_gradient(p, value_gradient(do, v, INTERPRETED), delta)
 
 
 @triton.jit

@@ -1,7 +1,7 @@
 """`flash_attention`: the torch-facing operator around the Triton kernels.
 
 It validates arguments, allocates outputs (NaN-poisoned under the harness),
-picks launch configurations from the active backend profile, launches, and
+picks launch configurations for the current target (kernels.tuning), launches, and
 wires the backward kernels into autograd.
 """
 
@@ -12,12 +12,12 @@ import math
 import torch
 import triton
 
-from conformance.backends import active_profile
 from kernels.allocation import new_forward_outputs, new_output
 from kernels.dropout import DropoutParams, dropout_keep_mask, dropout_params
 from kernels.flash_backward import delta_kernel, dkdv_kernel, dq_kernel
 from kernels.flash_forward import flash_forward_kernel
-from kernels.launch import launch, launch_kwargs, padded_head_dim
+from kernels.launch import launch, launch_kwargs, launches_on_device, padded_head_dim
+from kernels.targets import current_target, interpreting
 from kernels.total_attention import total_attention_kernel
 from kernels.validation import (
     DTYPE_NAMES,
@@ -54,7 +54,7 @@ def _forward(q, k, v, causal: bool, sm_scale: float, dropout: DropoutParams | No
            q, k, v, out, lse, sm_scale,
            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
            heads, heads // kv_heads, seq_q, seq_k, head_dim, *drop_args,
-           CAUSAL=causal, BLOCK_D=block_d, EMULATE_BF16=active_profile().emulate_bf16,
+           CAUSAL=causal, BLOCK_D=block_d, INTERPRETED=interpreting(),
            **drop_flag, **cfg)
     return out, lse
 
@@ -68,7 +68,7 @@ def _backward(q, k, v, out, lse, do, causal: bool, sm_scale: float, dropout: Dro
     if seq_q == 0 or seq_k == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     block_d = padded_head_dim(head_dim, q.dtype)
-    emulate = active_profile().emulate_bf16
+    emulate = interpreting()
 
     delta = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
     pre = launch_kwargs("bwd_preprocess", block_d, q.dtype, tiles=("BLOCK_M",))
@@ -79,7 +79,7 @@ def _backward(q, k, v, out, lse, do, causal: bool, sm_scale: float, dropout: Dro
     shapes = (seq_q, seq_k, head_dim)
     inputs = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     drop_args, drop_flag = _dropout_kwargs(dropout)
-    common = dict(CAUSAL=causal, BLOCK_D=block_d, EMULATE_BF16=emulate, **drop_flag)
+    common = dict(CAUSAL=causal, BLOCK_D=block_d, INTERPRETED=emulate, **drop_flag)
     dkdv = launch_kwargs("bwd_dkdv", block_d, q.dtype)
     launch(dkdv_kernel, triton.cdiv(seq_k, dkdv["BLOCK_N"]), batch * kv_heads,
            q, k, v, do, lse, delta, dk, dv, sm_scale,
@@ -106,7 +106,7 @@ def _total_attention(q, k, lse, causal: bool, sm_scale: float) -> torch.Tensor:
     launch(total_attention_kernel, triton.cdiv(seq_k, cfg["BLOCK_N"]), batch * heads,
            q, k, lse, total, sm_scale, *q.stride(), *k.stride(),
            heads, heads // kv_heads, seq_q, seq_k, head_dim,
-           CAUSAL=causal, BLOCK_D=block_d, EMULATE_BF16=active_profile().emulate_bf16, **cfg)
+           CAUSAL=causal, BLOCK_D=block_d, INTERPRETED=interpreting(), **cfg)
     return total
 
 
@@ -133,13 +133,14 @@ def _check_arguments(q, k, v, causal, sm_scale) -> float:
     tensors = {"q": q, "k": k, "v": v}
     check_same(tensors, "dtype")
     check_same(tensors, "device")
-    profile = active_profile()
-    check_device("q", q, profile)
-    check_dtype_supported("q", q, profile)
+    target = current_target()
+    if launches_on_device():
+        check_device("q", q, target)
+    check_dtype_supported("q", q, target)
     for name, t in tensors.items():
         check_forward_only(name, t)
     check_attention_shapes(q, k, v)
-    check_head_dim(q.shape[3], profile)
+    check_head_dim(q.shape[3])
     check_flag("causal", causal)
     return 1.0 / math.sqrt(q.shape[3]) if sm_scale is None else check_sm_scale(sm_scale)
 
@@ -150,9 +151,9 @@ def flash_attention(q, k, v, causal=False, sm_scale=None, return_log_normalizer=
 
     q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_k, head_dim)
     with kv_heads dividing heads (MQA/GQA). fp16, bf16 or fp32, all the same;
-    or fp8 (float8_e4m3fn / float8_e5m2, forward only) where the backend profile
+    or fp8 (float8_e4m3fn / float8_e5m2, forward only) where the target
     lists it, with an fp16 output.
-    Head dims the active backend profile lists (non-powers of two are padded).
+    Head dims 16, 32, 64, 96, 128, 192 and 256 (non-powers of two are padded).
     causal: bottom-right aligned mask (key j visible to query i iff
         j <= i + seq_k - seq_q); rows that see no key give output 0.
     sm_scale: score scale, default 1/sqrt(head_dim).
@@ -187,5 +188,5 @@ def flash_attention(q, k, v, causal=False, sm_scale=None, return_log_normalizer=
     return (out, *extras) if extras else out
 
 
-# How a harness replays this operator's dropout (conformance.dropout looks for it here).
+# How a harness replays this operator's dropout (conformance.judging.dropout looks for it here).
 flash_attention.dropout_keep_mask = dropout_keep_mask

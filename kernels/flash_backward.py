@@ -78,7 +78,7 @@ def dkdv_kernel(
     first_batch_head,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    EMULATE_BF16: tl.constexpr,
+    INTERPRETED: tl.constexpr,
 ):
     block_n, _, batch, kv_head, _ = program_coordinates(num_kv_heads, 1, first_batch_head)
     col_start = block_n * BLOCK_N
@@ -103,24 +103,24 @@ def dkdv_kernel(
             lse = load_row_stat(LSE + stats, rows, seq_q, float("-inf"))
             delta = load_row_stat(DELTA + stats, rows, seq_q, 0.0)
 
-            p = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, CAUSAL, EMULATE_BF16)
-            dp = value_gradient(do, v, EMULATE_BF16)
+            p = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, CAUSAL, INTERPRETED)
+            dp = value_gradient(do, v, INTERPRETED)
             p_used = p  # the weights as they multiplied V in the forward
             if DROPOUT:
                 keep = dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, col_start, BLOCK_N)
                 p_used = tl.where(keep, p, 0.0)
                 dp = dropped_value_gradient(dp, keep, keep_scale)
-            dv = mma(tl.trans(narrow(p_used, do.dtype, EMULATE_BF16)), do, dv, EMULATE_BF16)
+            dv = mma(tl.trans(narrow(p_used, do.dtype, INTERPRETED)), do, dv, INTERPRETED)
             ds = softmax_gradient(p, dp, delta)
             # dS is rounded to the input dtype for the product, like P in the forward.
-            dk = mma(tl.trans(narrow(ds, q.dtype, EMULATE_BF16)), q, dk, EMULATE_BF16)
+            dk = mma(tl.trans(narrow(ds, q.dtype, INTERPRETED)), q, dk, INTERPRETED)
 
     store_tile(DK + head_offset(batch, kv_head, stride_dkb, stride_dkh),
-               dk * sm_scale, cols, dims, stride_dkn, stride_dkd, seq_k, head_dim, EMULATE_BF16)
+               dk * sm_scale, cols, dims, stride_dkn, stride_dkd, seq_k, head_dim, INTERPRETED)
     if DROPOUT:
         dv = dv * keep_scale
     store_tile(DV + head_offset(batch, kv_head, stride_dvb, stride_dvh),
-               dv, cols, dims, stride_dvn, stride_dvd, seq_k, head_dim, EMULATE_BF16)
+               dv, cols, dims, stride_dvn, stride_dvd, seq_k, head_dim, INTERPRETED)
 
 
 @triton.jit(do_not_specialize=["num_heads", "group_size", "seq_q", "seq_k", "head_dim",
@@ -138,7 +138,7 @@ def dq_kernel(
     first_batch_head,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    EMULATE_BF16: tl.constexpr,
+    INTERPRETED: tl.constexpr,
 ):
     block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
                                                                     first_batch_head)
@@ -159,13 +159,13 @@ def dq_kernel(
         cols = key_start + tl.arange(0, BLOCK_N)
         k = load_tile(k_base, cols, dims, stride_kn, stride_kd, seq_k, head_dim)
         v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
-        p = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, CAUSAL, EMULATE_BF16)
-        dp = value_gradient(do, v, EMULATE_BF16)
+        p = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, CAUSAL, INTERPRETED)
+        dp = value_gradient(do, v, INTERPRETED)
         if DROPOUT:
             keep = dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, key_start, BLOCK_N)
             dp = dropped_value_gradient(dp, keep, keep_scale)
         ds = softmax_gradient(p, dp, delta)
-        dq = mma(narrow(ds, k.dtype, EMULATE_BF16), k, dq, EMULATE_BF16)
+        dq = mma(narrow(ds, k.dtype, INTERPRETED), k, dq, INTERPRETED)
 
     store_tile(DQ + head_offset(batch, head, stride_dqb, stride_dqh),
-               dq * sm_scale, rows, dims, stride_dqm, stride_dqd, seq_q, head_dim, EMULATE_BF16)
+               dq * sm_scale, rows, dims, stride_dqm, stride_dqd, seq_q, head_dim, INTERPRETED)

@@ -49,7 +49,7 @@ def flash_forward_kernel(
     first_batch_head,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    EMULATE_BF16: tl.constexpr,
+    INTERPRETED: tl.constexpr,
 ):
     block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
                                                                     first_batch_head)
@@ -70,7 +70,7 @@ def flash_forward_kernel(
     for key_start in range(0, key_end, BLOCK_N):
         cols = key_start + tl.arange(0, BLOCK_N)
         k = load_tile(k_base, cols, dims, stride_kn, stride_kd, seq_k, head_dim)
-        s = raw_scores(q, k, EMULATE_BF16)
+        s = raw_scores(q, k, INTERPRETED)
         s = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), s, float("-inf"))
         p, rescale, row_max, row_sum, row_sum_error = online_softmax_weights(
             s, row_max, row_sum, row_sum_error, qk_scale)
@@ -81,11 +81,11 @@ def flash_forward_kernel(
                          p, 0.0)
         # P is rounded to the input dtype for the tensor-core product, as in
         # every fused attention kernel; the accumulator stays fp32.
-        acc = mma(narrow(p, v.dtype, EMULATE_BF16), v, acc * rescale[:, None], EMULATE_BF16)
+        acc = mma(narrow(p, v.dtype, INTERPRETED), v, acc * rescale[:, None], INTERPRETED)
 
     out, lse = finished_rows(acc, row_max, row_sum, sm_scale)
     if DROPOUT:
         out = out * keep_scale
     o_base = O + head_offset(batch, head, stride_ob, stride_oh)
-    store_tile(o_base, out, rows, dims, stride_om, stride_od, seq_q, head_dim, EMULATE_BF16)
+    store_tile(o_base, out, rows, dims, stride_om, stride_od, seq_q, head_dim, INTERPRETED)
     tl.store(LSE + batch_head.to(tl.int64) * seq_q + rows, lse, mask=rows < seq_q)

@@ -1,5 +1,5 @@
-"""Launching the bundled kernels: tile shapes from the backend profile, and grids
-that respect CUDA's limits.
+"""Launching the bundled kernels: tile shapes from their launch tables
+(kernels.tuning), and grids that respect CUDA's limits.
 
 Every kernel runs one program per (sequence block, batch x head slice): grid axis 0
 walks the blocks of one slice, axis 1 the slices, so programs that share K/V (or Q)
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from conformance.backends import active_profile
+from kernels.tuning import launch_config
 from kernels.validation import DTYPE_NAMES, FP8
 
 # CUDA's limit on gridDim.y.  A module constant so tests can lower it and prove the
@@ -32,8 +32,8 @@ def padded_head_dim(head_dim: int, dtype: torch.dtype) -> int:
 
 def launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype, tiles=("BLOCK_M", "BLOCK_N")) -> dict:
     """The tile sizes named in `tiles` (those the kernel takes), num_warps, num_stages
-    and the backend's knobs (e.g. waves_per_eu) of `kernel` on the active backend."""
-    cfg = active_profile().launch_config(kernel, block_d, DTYPE_NAMES[dtype])
+    and the backend's knobs (e.g. waves_per_eu) of `kernel` on the current target."""
+    cfg = launch_config(kernel, block_d, DTYPE_NAMES[dtype])
     sizes = {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n}
     return {**{name: sizes[name] for name in tiles}, **cfg.options()}
 
@@ -53,6 +53,12 @@ def set_launcher(launcher=None):
     global _launcher
     previous, _launcher = _launcher, launcher or _on_device
     return previous
+
+
+def launches_on_device() -> bool:
+    """False while launches are routed elsewhere (compiled for a target that is not here,
+    with CPU tensors standing in)."""
+    return _launcher is _on_device
 
 
 def launch(kernel, blocks: int, batch_heads: int, *args, **kwargs) -> None:

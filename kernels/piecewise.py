@@ -18,10 +18,10 @@ import re
 import torch
 import triton
 
-from conformance.backends import active_profile
 from kernels.allocation import new_forward_outputs, new_output
 from kernels.flash_backward import delta_kernel
-from kernels.launch import launch, launch_kwargs, padded_head_dim
+from kernels.launch import launch, launch_kwargs, launches_on_device, padded_head_dim
+from kernels.targets import current_target, interpreting
 from kernels.piecewise_backward import piecewise_dkdv_kernel, piecewise_dq_kernel
 from kernels.piecewise_forward import piecewise_forward_kernel
 from kernels.validation import (
@@ -37,7 +37,7 @@ from reference.validation import check_dist_threshold
 
 
 def _launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype, **options) -> dict:
-    """Launch config from the profile's `piecewise_<kernel>` table if it has one,
+    """Launch config from the target's `piecewise_<kernel>` table if it has one,
     else the flash kernel's table of the same role."""
     try:
         return launch_kwargs(f"piecewise_{kernel}", block_d, dtype, **options)
@@ -57,7 +57,7 @@ def _forward(q1, k1, q2, k2, v, threshold: int, causal: bool, scale: float):
            q1, k1, q2, k2, v, out, lse, scale, threshold,
            *q1.stride(), *k1.stride(), *q2.stride(), *k2.stride(), *v.stride(), *out.stride(),
            heads, heads // kv_heads, seq_q, seq_k, head_dim,
-           CAUSAL=causal, BLOCK_D=block_d, EMULATE_BF16=active_profile().emulate_bf16, **cfg)
+           CAUSAL=causal, BLOCK_D=block_d, INTERPRETED=interpreting(), **cfg)
     return out, lse
 
 
@@ -82,7 +82,7 @@ def _backward(saved, do, threshold: int, causal: bool, scale: float):
         return tuple(g.zero_() for g in (dq1, dk1, dq2, dk2, dv))
     block_d = padded_head_dim(head_dim, q1.dtype)
     delta = _delta(out, do, block_d)
-    common = dict(CAUSAL=causal, BLOCK_D=block_d, EMULATE_BF16=active_profile().emulate_bf16)
+    common = dict(CAUSAL=causal, BLOCK_D=block_d, INTERPRETED=interpreting())
     tensors = (q1, k1, q2, k2, v, do, lse, delta)
     strides = (*q1.stride(), *k1.stride(), *q2.stride(), *k2.stride(), *v.stride(), *do.stride())
     group, shapes = heads // kv_heads, (seq_q, seq_k, head_dim)
@@ -135,11 +135,11 @@ def _validate(tensors: dict, dist_threshold, softmax_scale, causal) -> tuple[int
                              f"{tuple(tensors[like].shape)}, got {tuple(tensors[name].shape)}")
     check_same(tensors, "dtype")
     check_same(tensors, "device")
-    profile = active_profile()
-    check_device("q1", tensors["q1"], profile)
+    if launches_on_device():
+        check_device("q1", tensors["q1"], current_target())
     with _named_for_piecewise():
         check_attention_shapes(tensors["q1"], tensors["k1"], tensors["v"])
-        check_head_dim(tensors["q1"].shape[3], profile)
+        check_head_dim(tensors["q1"].shape[3])
         scale = (1.0 / math.sqrt(tensors["q1"].shape[3]) if softmax_scale is None
                  else check_sm_scale(softmax_scale))
     check_flag("causal", causal)

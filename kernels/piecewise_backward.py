@@ -49,7 +49,7 @@ def piecewise_dkdv_kernel(
     first_batch_head,
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    EMULATE_BF16: tl.constexpr,
+    INTERPRETED: tl.constexpr,
 ):
     block_n, _, batch, kv_head, _ = program_coordinates(num_kv_heads, 1, first_batch_head)
     col_start = block_n * BLOCK_N
@@ -81,19 +81,19 @@ def piecewise_dkdv_kernel(
             delta = load_row_stat(DELTA + stats, rows, seq_q, 0.0)
 
             near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
-            s = piecewise_raw_scores(q1, k1, q2, k2, near, EMULATE_BF16)
+            s = piecewise_raw_scores(q1, k1, q2, k2, near, INTERPRETED)
             p = probabilities_from_raw(s, lse, visible(rows, cols, seq_q, seq_k, CAUSAL), sm_scale)
-            dv = mma(tl.trans(narrow(p, do.dtype, EMULATE_BF16)), do, dv, EMULATE_BF16)
-            ds = score_gradient(p, do, v, delta, EMULATE_BF16)
-            dk1 = mma(tl.trans(band_part(ds, near, True, q1.dtype, EMULATE_BF16)), q1, dk1,
-                      EMULATE_BF16)
-            dk2 = mma(tl.trans(band_part(ds, near, False, q2.dtype, EMULATE_BF16)), q2, dk2,
-                      EMULATE_BF16)
+            dv = mma(tl.trans(narrow(p, do.dtype, INTERPRETED)), do, dv, INTERPRETED)
+            ds = score_gradient(p, do, v, delta, INTERPRETED)
+            dk1 = mma(tl.trans(band_part(ds, near, True, q1.dtype, INTERPRETED)), q1, dk1,
+                      INTERPRETED)
+            dk2 = mma(tl.trans(band_part(ds, near, False, q2.dtype, INTERPRETED)), q2, dk2,
+                      INTERPRETED)
 
     grads = head_offset(batch, kv_head, stride_gb, stride_gh)
-    store_tile(DK1 + grads, dk1 * sm_scale, cols, dims, stride_gn, stride_gd, seq_k, head_dim, EMULATE_BF16)
-    store_tile(DK2 + grads, dk2 * sm_scale, cols, dims, stride_gn, stride_gd, seq_k, head_dim, EMULATE_BF16)
-    store_tile(DV + grads, dv, cols, dims, stride_gn, stride_gd, seq_k, head_dim, EMULATE_BF16)
+    store_tile(DK1 + grads, dk1 * sm_scale, cols, dims, stride_gn, stride_gd, seq_k, head_dim, INTERPRETED)
+    store_tile(DK2 + grads, dk2 * sm_scale, cols, dims, stride_gn, stride_gd, seq_k, head_dim, INTERPRETED)
+    store_tile(DV + grads, dv, cols, dims, stride_gn, stride_gd, seq_k, head_dim, INTERPRETED)
 
 
 @triton.jit(do_not_specialize=["dist_threshold", "num_heads", "group_size", "seq_q", "seq_k",
@@ -112,7 +112,7 @@ def piecewise_dq_kernel(
     first_batch_head,
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    EMULATE_BF16: tl.constexpr,
+    INTERPRETED: tl.constexpr,
 ):
     block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
                                                                     first_batch_head)
@@ -141,12 +141,12 @@ def piecewise_dq_kernel(
         k2 = load_tile(k2_base, cols, dims, stride_k2n, stride_k2d, seq_k, head_dim)
         v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
         near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
-        s = piecewise_raw_scores(q1, k1, q2, k2, near, EMULATE_BF16)
+        s = piecewise_raw_scores(q1, k1, q2, k2, near, INTERPRETED)
         p = probabilities_from_raw(s, lse, visible(rows, cols, seq_q, seq_k, CAUSAL), sm_scale)
-        ds = score_gradient(p, do, v, delta, EMULATE_BF16)
-        dq1 = mma(band_part(ds, near, True, k1.dtype, EMULATE_BF16), k1, dq1, EMULATE_BF16)
-        dq2 = mma(band_part(ds, near, False, k2.dtype, EMULATE_BF16), k2, dq2, EMULATE_BF16)
+        ds = score_gradient(p, do, v, delta, INTERPRETED)
+        dq1 = mma(band_part(ds, near, True, k1.dtype, INTERPRETED), k1, dq1, INTERPRETED)
+        dq2 = mma(band_part(ds, near, False, k2.dtype, INTERPRETED), k2, dq2, INTERPRETED)
 
     grads = head_offset(batch, head, stride_gb, stride_gh)
-    store_tile(DQ1 + grads, dq1 * sm_scale, rows, dims, stride_gm, stride_gd, seq_q, head_dim, EMULATE_BF16)
-    store_tile(DQ2 + grads, dq2 * sm_scale, rows, dims, stride_gm, stride_gd, seq_q, head_dim, EMULATE_BF16)
+    store_tile(DQ1 + grads, dq1 * sm_scale, rows, dims, stride_gm, stride_gd, seq_q, head_dim, INTERPRETED)
+    store_tile(DQ2 + grads, dq2 * sm_scale, rows, dims, stride_gm, stride_gd, seq_q, head_dim, INTERPRETED)

@@ -21,7 +21,7 @@ def near_pairs(rows, cols, seq_q, seq_k, dist_threshold):
 
 
 @triton.jit
-def piecewise_raw_scores(q1, k1, q2, k2, near, EMULATE_BF16: tl.constexpr):
+def piecewise_raw_scores(q1, k1, q2, k2, near, INTERPRETED: tl.constexpr):
     """Unscaled fp32 scores of a tile: q1 @ k1^T on near pairs, q2 @ k2^T on far ones.
 
     Both products are computed for every tile and selected per pair.  Selecting
@@ -29,19 +29,19 @@ def piecewise_raw_scores(q1, k1, q2, k2, near, EMULATE_BF16: tl.constexpr):
     product raw_scores gives, bit for bit.  (Computing under `if` only the
     product a tile needs spilled far more registers in compile probes for
     sm_80/sm_90, e.g. 9.5 KB instead of 0.2 KB for dK/dV at D=128 fp16.)"""
-    return tl.where(near, raw_scores(q1, k1, EMULATE_BF16), raw_scores(q2, k2, EMULATE_BF16))
+    return tl.where(near, raw_scores(q1, k1, INTERPRETED), raw_scores(q2, k2, INTERPRETED))
 
 
 @triton.jit
 def online_softmax_step(s, v, row_max, row_sum, row_sum_error, acc, qk_scale,
-                        EMULATE_BF16: tl.constexpr):
+                        INTERPRETED: tl.constexpr):
     """Fold one tile of masked (-inf) unscaled scores s and its values v into the
     online-softmax state (running max, Kahan-compensated running sum, fp32 acc),
     with the flash forward's arithmetic in its order, so a piecewise tile wholly
     inside or outside the band reproduces flash_attention bit for bit."""
     p, rescale, row_max, row_sum, row_sum_error = online_softmax_weights(
         s, row_max, row_sum, row_sum_error, qk_scale)
-    acc = mma(narrow(p, v.dtype, EMULATE_BF16), v, acc * rescale[:, None], EMULATE_BF16)
+    acc = mma(narrow(p, v.dtype, INTERPRETED), v, acc * rescale[:, None], INTERPRETED)
     return row_max, row_sum, row_sum_error, acc
 
 
@@ -59,11 +59,11 @@ def probabilities_from_raw(s, lse, visible_mask, sm_scale):
 
 
 @triton.jit
-def band_part(ds, near, NEAR: tl.constexpr, dtype: tl.constexpr, EMULATE_BF16: tl.constexpr):
+def band_part(ds, near, NEAR: tl.constexpr, dtype: tl.constexpr, INTERPRETED: tl.constexpr):
     """The near (NEAR) or far part of dS, zero elsewhere, rounded to the input
     dtype for the product (as the flash backward rounds dS)."""
     if NEAR:
         part = tl.where(near, ds, 0.0)
     else:
         part = tl.where(near, 0.0, ds)
-    return narrow(part, dtype, EMULATE_BF16)
+    return narrow(part, dtype, INTERPRETED)

@@ -42,7 +42,7 @@ def piecewise_forward_kernel(
     first_batch_head,
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    EMULATE_BF16: tl.constexpr,
+    INTERPRETED: tl.constexpr,
 ):
     block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
                                                                     first_batch_head)
@@ -70,13 +70,13 @@ def piecewise_forward_kernel(
         k1 = load_tile(k1_base, cols, dims, stride_k1n, stride_k1d, seq_k, head_dim)
         k2 = load_tile(k2_base, cols, dims, stride_k2n, stride_k2d, seq_k, head_dim)
         near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
-        s = piecewise_raw_scores(q1, k1, q2, k2, near, EMULATE_BF16)
+        s = piecewise_raw_scores(q1, k1, q2, k2, near, INTERPRETED)
         s = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), s, float("-inf"))
         v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
         row_max, row_sum, row_sum_error, acc = online_softmax_step(
-            s, v, row_max, row_sum, row_sum_error, acc, qk_scale, EMULATE_BF16)
+            s, v, row_max, row_sum, row_sum_error, acc, qk_scale, INTERPRETED)
 
     out, lse = finished_rows(acc, row_max, row_sum, sm_scale)
     store_tile(O + head_offset(batch, head, stride_ob, stride_oh), out, rows, dims,
-               stride_om, stride_od, seq_q, head_dim, EMULATE_BF16)
+               stride_om, stride_od, seq_q, head_dim, INTERPRETED)
     tl.store(LSE + batch_head.to(tl.int64) * seq_q + rows, lse, mask=rows < seq_q)

@@ -12,6 +12,8 @@ import numbers
 
 import torch
 
+from kernels.targets import HEAD_DIMS
+
 HIGH_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 # 8-bit floats: forward only (no backward kernel), where the backend has fp8 MMA.
 FP8 = {torch.float8_e4m3fn: "fp8e4m3", torch.float8_e5m2: "fp8e5m2"}
@@ -40,22 +42,23 @@ def check_same(names_and_tensors: dict, what: str) -> None:
                              f"({getattr(first, what)}), got {getattr(t, what)}")
 
 
-def check_device(name: str, t: torch.Tensor, profile) -> None:
-    if t.device.type == profile.device:
+def check_device(name: str, t: torch.Tensor, target) -> None:
+    """t lives where the kernels.targets.Target runs: CPU under the interpreter, else a GPU."""
+    if t.device.type == target.device:
         return
     if t.device.type == "cpu":
         raise ValueError(f"{name}: tensor is on the CPU; the Triton kernels need a GPU tensor, "
                          "or Triton's CPU interpreter (set TRITON_INTERPRET=1 before importing kernels)")
-    raise ValueError(f"{name}: tensor is on {t.device}, but the active backend {profile.key} "
-                     f"runs on {profile.device}")
+    raise ValueError(f"{name}: tensor is on {t.device}, but the kernels' target {target.name} "
+                     f"runs on {target.device}")
 
 
-def check_dtype_supported(name: str, t: torch.Tensor, profile) -> None:
-    """The backend profile lists t's dtype (fp8 needs fp8 MMA: sm_89 and newer)."""
+def check_dtype_supported(name: str, t: torch.Tensor, target) -> None:
+    """The target supports t's dtype (fp8 needs fp8 MMA: sm_89 and newer, gfx950)."""
     dtype = DTYPE_NAMES[t.dtype]
-    if dtype not in profile.dtypes:
-        raise ValueError(f"{name}: dtype {t.dtype} ({dtype}) is not supported on backend {profile.key}; "
-                         f"supported: {', '.join(profile.dtypes)}")
+    if dtype not in target.dtypes:
+        raise ValueError(f"{name}: dtype {t.dtype} ({dtype}) is not supported on target {target.name}; "
+                         f"supported: {', '.join(target.dtypes)}")
 
 
 def check_forward_only(name: str, t: torch.Tensor) -> None:
@@ -65,10 +68,10 @@ def check_forward_only(name: str, t: torch.Tensor) -> None:
                          "detach them or call under torch.no_grad()")
 
 
-def check_head_dim(head_dim: int, profile) -> None:
-    if head_dim not in profile.head_dims:
-        dims = ", ".join(str(d) for d in profile.head_dims)
-        raise ValueError(f"q: head_dim {head_dim} is not supported on backend {profile.key}; "
+def check_head_dim(head_dim: int) -> None:
+    if head_dim not in HEAD_DIMS:
+        dims = ", ".join(str(d) for d in HEAD_DIMS)
+        raise ValueError(f"q: head_dim {head_dim} is not supported by the kernels; "
                          f"supported head dims: {dims}")
 
 

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 from conformance import backends
-from conformance.environment import fingerprint
-from conformance.results import default_run_dir, write_env
+from conformance.running.environment import fingerprint
+from conformance.running.results import default_run_dir, write_env
 from mutants.definitions import BY_NAME, COUNTED
 from mutants.kill import TIER_LADDER, exit_status, hunt_all
-from mutants.report import MutantsWriter, kill_text, result_text, terminal, write_table
+from mutants.report import mutants_writer, kill_text, result_text, terminal, write_table
 
 EXIT_USAGE = 2
 GPU_JOBS = 4  # hunts at once on one GPU: they overlap kernel compilation, which is CPU-bound
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["python", "-m", "mutants", *(sys.argv[1:] if argv is None else argv)])
     write_env(out_dir, fingerprint(profile, tier=tier, implementations={"mutants": ", ".join(names)},
                                    command=command))
-    writer = MutantsWriter(out_dir)
+    writer = mutants_writer(out_dir)
     report = _progress(len(names))
 
     def record(line: dict) -> None:

@@ -56,7 +56,7 @@ MUTANTS: tuple[Mutant, ...] = (
                  "mask = rows[:, None] < seq_q"),)),
     Mutant("no_accumulator_rescale",
            "online softmax: the output accumulator is not rescaled when the running max grows",
-           (Edit(_FORWARD, "v, acc * rescale[:, None], EMULATE_BF16)", "v, acc, EMULATE_BF16)"),)),
+           (Edit(_FORWARD, "v, acc * rescale[:, None], INTERPRETED)", "v, acc, INTERPRETED)"),)),
     Mutant("fp16_accumulation",
            "fp16 accumulation: tl.dot of fp16 operands accumulates in fp16 (out_dtype=float16)",
            (Edit("blocks.py", "    else:\n        acc = tl.dot(a, b, acc)\n",
@@ -123,8 +123,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "the forward's key loop advances by 0 when Sq == 1: never ends on single-query cases",
            (Edit(_FORWARD, "    for key_start in range(0, key_end, BLOCK_N):\n        cols = key_start",
                  "    key_start = 0\n    while key_start < key_end:\n        cols = key_start"),
-            Edit(_FORWARD, "v, acc * rescale[:, None], EMULATE_BF16)\n",
-                 "v, acc * rescale[:, None], EMULATE_BF16)\n        key_start += BLOCK_N * (seq_q != 1)\n")),
+            Edit(_FORWARD, "v, acc * rescale[:, None], INTERPRETED)\n",
+                 "v, acc * rescale[:, None], INTERPRETED)\n        key_start += BLOCK_N * (seq_q != 1)\n")),
            counted=False),
 )
 

@@ -24,11 +24,12 @@ import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
-from conformance import backends, verdicts
-from conformance.catalog import Case, cases
-from conformance.tiers import TIERS
-from conformance.implementations import Implementations
-from conformance.runner import run_case
+from conformance import backends
+from conformance.cases.catalog import Case
+from conformance.cases.tiers import cases, TIERS
+from conformance.judging import verdicts
+from conformance.running.implementations import Implementations
+from conformance.running.runner import run_case
 from mutants.definitions import BY_NAME
 from mutants.ordering import coverage_order
 from mutants.registry import kernel_specs

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from conformance.catalog import Case
+from conformance.cases.catalog import Case
 
 _TILE = 16  # the smallest tile any backend profile uses: lengths off this grid are ragged
 

@@ -11,7 +11,7 @@ bundled one.
 
 from __future__ import annotations
 
-from conformance.catalog import OPS
+from conformance.cases.catalog import OPS
 from mutants.definitions import BY_NAME
 from mutants.transform import load
 

@@ -3,15 +3,14 @@ and mutants.md rendered from it and env.json alone."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from tabulate import tabulate
 
-from conformance import verdicts
-from conformance.report import format_ratio
+from conformance.judging import verdicts
 from conformance.reporting.markdown import table
-from conformance.results import from_json, read_env, to_json
+from conformance.reporting.report import format_ratio
+from conformance.running.results import JsonLinesWriter, read_env, read_json_lines
 
 MUTANTS_FILE = "mutants.jsonl"
 TABLE_FILE = "mutants.md"
@@ -20,25 +19,13 @@ _RESULT_WORDS = {verdicts.PASS: "killed", verdicts.FAIL: "SURVIVED", verdicts.ER
                  verdicts.UNSUPPORTED: "survived, unreachable here"}
 
 
-class MutantsWriter:
+def mutants_writer(out_dir: str | Path) -> JsonLinesWriter:
     """Appends mutant lines to DIR/mutants.jsonl, durable as each is written."""
-
-    def __init__(self, out_dir: str | Path):
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        self._handle = open(Path(out_dir) / MUTANTS_FILE, "w", encoding="utf-8")
-
-    def append(self, line: dict) -> None:
-        self._handle.write(to_json(line) + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-
-    def close(self) -> None:
-        self._handle.close()
+    return JsonLinesWriter(Path(out_dir) / MUTANTS_FILE)
 
 
 def read_mutant_lines(out_dir: str | Path) -> list[dict]:
-    text = (Path(out_dir) / MUTANTS_FILE).read_text(encoding="utf-8")
-    return [from_json(row) for row in text.splitlines() if row.strip()]
+    return read_json_lines(Path(out_dir) / MUTANTS_FILE)
 
 
 def result_text(line: dict) -> str:

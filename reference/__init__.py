@@ -6,10 +6,11 @@ FlashAttention kernel does: input-dtype matmul operands, fp32 accumulation and s
 """
 
 from .attention import attention_backward, attention_forward
-from .delta_noise import attention_delta_noise, piecewise_delta_noise
+from .delta_noise import GradientNoise, attention_delta_noise, piecewise_delta_noise
 from .dropout import Dropout
 from .piecewise import piecewise_backward, piecewise_forward
 from .precision import MATCHED, REFERENCE, Precision
 
 __all__ = ["Dropout", "Precision", "REFERENCE", "MATCHED", "attention_forward", "attention_backward",
-           "piecewise_forward", "piecewise_backward", "attention_delta_noise", "piecewise_delta_noise"]
+           "piecewise_forward", "piecewise_backward", "attention_delta_noise", "piecewise_delta_noise",
+           "GradientNoise"]

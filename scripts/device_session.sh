@@ -28,7 +28,7 @@ for name in "$@"; do
   case "$name" in
     standard) step standard python -m conformance run --tier standard --out "$RUNS/standard" & pids+=($!) ;;
     long) mapfile -t ids < <(python -c "
-from conformance.catalog import cases
+from conformance.cases.tiers import cases
 standard = {case.id for case in cases('standard')}
 print('\n'.join(case.id for case in cases('full') if case.id not in standard))")
           step long python -m conformance run "${ids[@]/#/--case=}" --out "$RUNS/long" & pids+=($!) ;;

@@ -1,6 +1,6 @@
 """Helpers shared by the kernel tests: seeded inputs, and running the bundled
 flash_attention and both reference paths on the same case so the 2x rule
-(conformance.rule) can judge each tensor, as the harness does.
+(conformance.judging.rule) can judge each tensor, as the harness does.
 
 Import after `conformance.backends.activate()` (the kernels must see TRITON_INTERPRET)."""
 
@@ -12,8 +12,8 @@ import torch
 
 import kernels
 from conformance.backends import active_profile
-from conformance.operators import FLASH_ATTENTION
-from conformance.rule import compare_tensor
+from conformance.judging.operators import FLASH_ATTENTION
+from conformance.judging.rule import compare_tensor
 from kernels.validation import DTYPE_NAMES
 from reference import MATCHED, REFERENCE, Dropout, attention_backward, attention_forward
 

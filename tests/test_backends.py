@@ -12,6 +12,8 @@ from conformance.backends import detection
 PROFILE = backends.activate()  # before `import kernels` (TRITON_INTERPRET on CPU)
 
 import kernels.launch  # noqa: E402
+import kernels.tuning  # noqa: E402
+from kernels.targets import Target  # noqa: E402
 
 
 
@@ -69,7 +71,7 @@ def test_nvidia_by_compute_capability(gpu, capability, key, shared_kib, fp8):
     assert ("fp8e4m3" in profile.dtypes, "fp8e5m2" in profile.dtypes) == (fp8, fp8)
     assert "bf16" in profile.dtypes and profile.warp_size == 32
     assert profile.compile_target == ("cuda", capability[0] * 10 + capability[1], 32)
-    assert profile.launch is backends.cuda.CUDA_LAUNCH  # the tuned tables, for every arch
+    assert profile.launch is kernels.tuning.CUDA_LAUNCH  # the kernels' tuned tables, for every arch
 
 
 def test_an_unlisted_nvidia_arch_borrows_the_nearest_older_limits(gpu):
@@ -166,12 +168,13 @@ def test_register_budget_is_the_smaller_of_the_thread_and_block_limits():
 
 
 def test_amd_knobs_reach_the_launch_and_nvidia_launches_get_none(monkeypatch):
-    monkeypatch.setattr(backends, "_active", backends.hip_profile("gfx942"))
+    """The kernels pick their launch tables by the target triton reports (kernels.targets)."""
+    monkeypatch.setattr(kernels.tuning, "current_target", lambda: Target("hip", "gfx942", 64))
     assert kernels.launch.launch_kwargs("fwd", 64, torch.float16) == dict(
         BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=1, waves_per_eu=2)
     assert "waves_per_eu" not in kernels.launch.launch_kwargs("fwd", 256, torch.float16)
     assert "waves_per_eu" not in kernels.launch.launch_kwargs("bwd_dq", 64, torch.float16)
-    monkeypatch.setattr(backends, "_active", backends.cuda_profile((9, 0)))
+    monkeypatch.setattr(kernels.tuning, "current_target", lambda: Target("cuda", 90, 32))
     assert kernels.launch.launch_kwargs("fwd", 128, torch.float16) == dict(
         BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
     assert kernels.launch.launch_kwargs("bwd_preprocess", 256, torch.float32, tiles=("BLOCK_M",)) == dict(

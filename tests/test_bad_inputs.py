@@ -3,7 +3,7 @@ and nothing crashes (issue 3, "Bad input").
 
 A case with `bad_input` plants one NaN or +Inf in the first query tensor; the float64
 reference, run with finite stand-ins for it, says where it must show up
-(conformance.bad_inputs). The rule skips those positions when measuring errors and
+(conformance.judging.bad_inputs). The rule skips those positions when measuring errors and
 requires the implementation to be non-finite there instead."""
 
 import math
@@ -15,12 +15,12 @@ from conformance.backends import activate
 
 PROFILE = activate()  # before the kernels are imported (interpreter on CPU)
 
-from conformance import bad_inputs  # noqa: E402
-from conformance.catalog import Case  # noqa: E402
-from conformance.implementations import Implementations  # noqa: E402
-from conformance.inputs import bad_input_position, make_inputs  # noqa: E402
-from conformance.rule import BadInputRegion, compare_tensor, max_abs_error  # noqa: E402
-from conformance.runner import run_case  # noqa: E402
+from conformance.judging import bad_inputs  # noqa: E402
+from conformance.cases.catalog import Case  # noqa: E402
+from conformance.cases.inputs import bad_input_position, make_inputs  # noqa: E402
+from conformance.judging.rule import BadInputRegion, compare_tensor, max_abs_error  # noqa: E402
+from conformance.running.implementations import Implementations  # noqa: E402
+from conformance.running.runner import run_case  # noqa: E402
 from reference import REFERENCE, attention_forward  # noqa: E402
 
 NAN, INF = math.nan, math.inf

@@ -82,7 +82,7 @@ def test_recorded_lines_are_consistent_with_the_flop_arithmetic():
 
 
 def test_report_tables_come_from_the_recorded_lines(recorded):
-    markdown_path, plot_path = report.write_report(recorded, use_matplotlib=False)
+    markdown_path, plot_path = report.write_report(recorded)
     text = markdown_path.read_text()
     assert "hand-made test fixture" in text and "![TFLOP/s against sequence length" in text
     assert text.count("## bf16, D=128") == 2
@@ -96,7 +96,7 @@ def test_report_tables_come_from_the_recorded_lines(recorded):
 
 
 def test_the_svg_plot_draws_one_line_per_measured_series(recorded):
-    _, plot_path = report.write_report(recorded, use_matplotlib=False)
+    _, plot_path = report.write_report(recorded)
     root = ElementTree.parse(plot_path).getroot()
     assert root.tag == f"{SVG}svg"
     polylines = root.findall(f"{SVG}polyline")
@@ -114,12 +114,6 @@ def test_the_svg_plot_draws_one_line_per_measured_series(recorded):
 
 def test_nice_axis_tops():
     assert [svg.nice_ceiling(v) for v in (0, 7, 320, 480, 501, 1000)] == [1.0, 10, 500, 500, 1000, 1000]
-
-
-def test_png_with_matplotlib_when_installed(recorded):
-    pytest.importorskip("matplotlib")
-    _, plot_path = report.write_report(recorded)
-    assert plot_path.name == "benchmark.png" and plot_path.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_render_command_and_the_no_gpu_message(recorded, capsys):
@@ -167,5 +161,5 @@ def test_the_measuring_loop_on_the_cpu(tmp_path, monkeypatch):
         assert by_key[("sdpa-math", 192, direction)]["reason"].startswith("math backend materialises")
     env = json.loads((tmp_path / "env.json").read_text())
     assert env["benchmark"]["grid"] == "quick" and env["backend"] == "interpreter:cpu"
-    written = report.write_report(tmp_path, use_matplotlib=False)
+    written = report.write_report(tmp_path)
     assert "## fp16, D=16, causal" in written[0].read_text()

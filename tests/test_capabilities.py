@@ -1,12 +1,13 @@
-"""Declared capabilities (conformance/capabilities.py) and return conventions
-(conformance/returns.py): parsing, validation, and what a declaration excludes."""
+"""Declared capabilities (conformance/running/capabilities.py) and return conventions
+(conformance/judging/returns.py): parsing, validation, and what a declaration excludes."""
 
 import pytest
 import torch
 
-from conformance import capabilities, returns
-from conformance.capabilities import Capabilities, from_mapping, load_file
-from conformance.catalog import Case
+from conformance.cases.catalog import Case
+from conformance.judging import returns
+from conformance.running import capabilities
+from conformance.running.capabilities import Capabilities, from_mapping, load_file
 
 CASE = Case.from_id("flash_attention.fwd[fp16,d96,causal,B1,H4,Hkv2,Sq77,Sk133,lse,seed0]")
 

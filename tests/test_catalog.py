@@ -6,18 +6,16 @@ import pytest
 import torch
 
 from conformance.backends import INTERPRETER, cuda_profile
-from conformance.catalog import (
+from conformance.cases.catalog import (
     FP8_DTYPES,
     DTYPES,
     EXAMPLE_ID,
     Case,
-    cases,
     expand_grid,
     expand_tier,
-    select,
 )
-from conformance.inputs import generator_seed, make_inputs
-from conformance.tiers import TIERS
+from conformance.cases.inputs import generator_seed, make_inputs
+from conformance.cases.tiers import TIERS, cases, select
 
 ALL_TIERS = list(TIERS)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.catalog import cases
+from conformance.cases.tiers import cases
 from conformance.cli import main
-from conformance.results import read_env, read_results
+from conformance.running.results import read_env, read_results
 
 REPO = Path(__file__).resolve().parent.parent
 FWD_FP32 = "flash_attention.fwd[fp32,d16,causal,B1,H2,Hkv1,Sq9,Sk17,seed0]"

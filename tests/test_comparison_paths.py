@@ -1,13 +1,13 @@
-"""The tensors a case is compared with (conformance.comparison_paths): the second torch
+"""The tensors a case is compared with (conformance.judging.comparison_paths): the second torch
 path is the same computation in another summation order, put back in order."""
 
 import pytest
 import torch
 
-from conformance.catalog import Case
-from conformance.comparison_paths import comparison_paths, reverse_head_dim
-from conformance.inputs import make_inputs
-from conformance.operators import OPERATORS
+from conformance.cases.catalog import Case
+from conformance.cases.inputs import make_inputs
+from conformance.judging.comparison_paths import comparison_paths, reverse_head_dim
+from conformance.judging.operators import OPERATORS
 from reference import REFERENCE
 
 

@@ -3,12 +3,12 @@ compile for sm_80 (a worker process, so it works whatever this process activated
 
 import pytest
 
-from conformance import verdicts
 from conformance.backends import cuda_profile, hip_profile, profile_by_key
 from conformance.cli import main
 from conformance.compile_only import plan, tier
 from conformance.compile_only.targets import DEFAULT_TARGETS, parse_targets
 from conformance.compile_only.worker import compile_id, launch_config
+from conformance.judging import verdicts
 
 CONTRACT_FIELDS = {"kind", "case", "verdict", "reason", "duration_s", "backend", "target", "kernel", "dtype",
                    "head_dim", "config", "registers", "spills_bytes", "shared_bytes", "shared_limit_bytes",
@@ -62,7 +62,7 @@ def test_the_quick_plan_takes_each_table_row_once_with_the_most_code():
 
 
 def test_ids_and_configs_come_from_the_launch_keywords():
-    config = launch_config(dict(CAUSAL=True, BLOCK_D=128, EMULATE_BF16=False, DROPOUT=False, BLOCK_M=64,
+    config = launch_config(dict(CAUSAL=True, BLOCK_D=128, INTERPRETED=False, DROPOUT=False, BLOCK_M=64,
                                 BLOCK_N=32, num_warps=4, num_stages=1, waves_per_eu=2, first_batch_head=0))
     assert list(config) == ["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "waves_per_eu", "CAUSAL", "DROPOUT"]
     assert compile_id("fwd", "hip:gfx942", "fp16", 128, config) == "compile.fwd[hip:gfx942,fp16,d128,causal]"

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from conformance import verdicts
 from conformance.cli import main
-from conformance.determinism import bitwise_equal, differing_tensors, verdict_after_check
-from conformance.results import read_results
+from conformance.judging import verdicts
+from conformance.judging.determinism import bitwise_equal, differing_tensors, verdict_after_check
+from conformance.running.results import read_results
 from tests.test_cli import run_cli
 
 FWD = "flash_attention.fwd[fp32,d16,causal,B1,H2,Hkv1,Sq9,Sk17,seed0]"

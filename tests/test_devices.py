@@ -4,9 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance import backends, plugin
-from conformance.devices import device_for_worker, pin_xdist_worker, record_device, xdist_worker_number
-from conformance.run_options import xdist_workers
+from conformance import backends
+from conformance.running import plugin
+from conformance.running.devices import device_for_worker, pin_xdist_worker, record_device, xdist_worker_number
+from conformance.running.run_options import xdist_workers
 from tests.test_cli import run_cli
 
 

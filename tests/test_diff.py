@@ -8,7 +8,7 @@ import pytest
 
 from conformance.cli import main
 from conformance.reporting import diff
-from conformance.results import ResultsWriter, read_env, read_results
+from conformance.running.results import ResultsWriter, read_env, read_results
 
 H100 = Path(__file__).parent / "data" / "h100_sample"
 LINES = read_results(H100)

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from conformance.catalog import Case
+from conformance.cases.catalog import Case
+from conformance.cases.distributions import Distribution, parse_optional
+from conformance.cases.inputs import make_inputs
 from conformance.cli import main
-from conformance.distributions import Distribution, parse_optional
-from conformance.inputs import make_inputs
 from tests.test_cli import run_cli
 
 CASE = Case("flash_attention", "bwd", "fp32", 16, True, 1, 2, 1, 40, 50, seed=3)

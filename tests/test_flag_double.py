@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conformance.backends import activate
-from conformance.results import read_env, read_results
+from conformance.running.results import read_env, read_results
 from tests.test_cli import REPO
 
 PROFILE = activate()  # must precede importing the double (it imports kernels)

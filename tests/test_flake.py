@@ -2,11 +2,12 @@
 
 import pytest
 
-from conformance import flake
-from conformance.catalog import Case, cases
+from conformance.cases.catalog import Case
+from conformance.running.selection import reseeded
+from conformance.cases.tiers import cases
 from conformance.cli import main
-from conformance.results import read_env
-from conformance.selection import reseeded
+from conformance.robustness import flake
+from conformance.running.results import read_env
 
 
 @pytest.mark.parametrize("tier", list(flake.FLAKE_SETS))

@@ -1,12 +1,12 @@
-"""The flake check across input distributions (conformance/flake_scales.py): presets, ulps,
+"""The flake check across input distributions (conformance/robustness/flake_scales.py): presets, ulps,
 and flake-scales.md rendered from per-distribution run folders."""
 
 import json
 
 import pytest
 
-from conformance import flake_scales
 from conformance.cli import main
+from conformance.robustness import flake_scales
 
 CASE = "flash_attention.bwd[bf16,d32,causal,B2,H8,Hkv1,Sq1,Sk1000,seed0]"
 

@@ -1,10 +1,10 @@
 """fp8 (e4m3 / e5m2) forward: where it is allowed, what it returns, what it refuses.
 
 fp8 needs fp8 tensor cores (sm_89 and newer); the interpreter profile does not list
-it, so here the plumbing is checked with a profile that does, and the accuracy on
+it, so here the plumbing is checked with a target that does, and the accuracy on
 GPUs (reports/)."""
 
-import dataclasses
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,12 +14,13 @@ from conformance.backends import INTERPRETER, activate
 PROFILE = activate()  # before the kernels are imported (interpreter on CPU)
 
 import kernels  # noqa: E402
-from conformance.catalog import Case  # noqa: E402
+from conformance.cases.catalog import Case  # noqa: E402
 from kernels.launch import padded_head_dim  # noqa: E402
 from kernels.validation import FP8  # noqa: E402
 from reference import MATCHED, REFERENCE, attention_forward  # noqa: E402
 
-FP8_PROFILE = dataclasses.replace(INTERPRETER, dtypes=INTERPRETER.dtypes + tuple(FP8.values()))
+# The interpreter as a target with fp8 matrix units, to reach the checks after the dtype's.
+FP8_TARGET = SimpleNamespace(device="cpu", name="interpreter", dtypes=INTERPRETER.dtypes + tuple(FP8.values()))
 
 
 def fp8_qkv(dtype, requires_grad=False):
@@ -29,14 +30,14 @@ def fp8_qkv(dtype, requires_grad=False):
 
 @pytest.mark.parametrize("dtype", FP8)
 def test_a_backend_without_fp8_says_so(dtype):
-    with pytest.raises(ValueError, match=r"q: dtype .* is not supported on backend interpreter:cpu; "
+    with pytest.raises(ValueError, match=r"q: dtype .* is not supported on target interpreter; "
                                          r"supported: fp16, bf16, fp32"):
         kernels.flash_attention(*fp8_qkv(dtype))
 
 
 @pytest.mark.parametrize("dtype", FP8)
 def test_fp8_is_forward_only(dtype, monkeypatch):
-    monkeypatch.setattr("kernels.flash.active_profile", lambda: FP8_PROFILE)
+    monkeypatch.setattr("kernels.flash.current_target", lambda: FP8_TARGET)
     with pytest.raises(ValueError, match=r"q: .* inputs are forward-only"):
         kernels.flash_attention(*fp8_qkv(dtype, requires_grad=True))
 

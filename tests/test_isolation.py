@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conformance.cli import main
-from conformance.results import RESULTS_FILE, ResultsWriter, read_env, read_results
+from conformance.running.results import RESULTS_FILE, ResultsWriter, read_env, read_results
 from tests.test_cli import REPO, run_cli
 
 NONCAUSAL_FWD = "flash_attention.fwd[fp32,d16,noncausal,B1,H2,Hkv1,Sq9,Sk17,seed0]"

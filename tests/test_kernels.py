@@ -64,7 +64,7 @@ def test_bad_options_are_named(options, error, match):
 
 def test_unsupported_head_dim_lists_supported_ones():
     q, k, v = qkv(head_dim=24)
-    with pytest.raises(ValueError, match=r"head_dim 24 is not supported on backend .*supported head dims: 16, 32"):
+    with pytest.raises(ValueError, match=r"head_dim 24 is not supported by the kernels; supported head dims: 16, 32"):
         kernels.flash_attention(q, k, v)
 
 
@@ -116,7 +116,8 @@ def test_forward_is_bitwise_deterministic():
 
 
 def test_interpreter_profile_documents_its_bf16_workarounds():
-    assert INTERPRETER.emulate_bf16
+    assert set(INTERPRETER.target.workarounds) == {"interpreter_bf16_dot", "interpreter_bf16_cast",
+                                                   "interpreter_fp32_dot"}
     assert any("tl.dot on bf16" in note for note in INTERPRETER.notes)
     assert any("truncation" in note for note in INTERPRETER.notes)
 
@@ -134,7 +135,7 @@ def test_single_query_or_single_key(seq_q, seq_k, causal):
     """Every tensor by the rule. lse (at Sk = 1 it is the score itself) and total (at Sq = 1
     one row of P) are fp32 values whose error is the fp32 rounding of a D-term score dot,
     which the summation order decides: up to 3-4x torch's error over 8 seeds, inside the
-    rule's floor for them (the score size, conformance.rule)."""
+    rule's floor for them (the score size, conformance.judging.rule)."""
     q, k, v, do = make_qkv(2, 4, 2, seq_q, seq_k, 32, torch.float16, seed=seq_q + seq_k)
     assert_rule(judge_kernel(q, k, v, do, causal, total=True))
 

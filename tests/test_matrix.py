@@ -10,7 +10,7 @@ from packaging.version import Version
 
 from conformance.cli import main
 from conformance.reporting import matrix
-from conformance.results import ResultsWriter, read_env, read_results
+from conformance.running.results import ResultsWriter, read_env, read_results
 
 DATA = Path(__file__).parent / "data"
 CASES = read_results(DATA / "h100_sample")[:6]
@@ -154,7 +154,7 @@ def test_tox_factors_match_the_nox_matrix():
 def test_matrix_job_parts_per_machine():
     from types import SimpleNamespace
 
-    from conformance import matrix_job
+    from conformance.robustness import matrix_job
 
     cpu = SimpleNamespace(interpreted=True, key="interpreter:cpu")
     gpu = SimpleNamespace(interpreted=False, key="cuda:sm_90")

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance import backends, verdicts
-from conformance.catalog import cases
-from conformance.implementations import Implementations
-from conformance.runner import run_case
+from conformance import backends
+from conformance.cases.tiers import cases
+from conformance.judging import verdicts
+from conformance.running.implementations import Implementations
+from conformance.running.runner import run_case
 from mutants import BY_NAME, COUNTED
 from mutants.kill import hunt_all
 from mutants.registry import kernel_specs

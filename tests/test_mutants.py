@@ -6,14 +6,14 @@ import re
 
 import pytest
 
-from conformance import verdicts
-from conformance.catalog import Case
+from conformance.cases.catalog import Case
+from conformance.judging import verdicts
 from mutants import BY_NAME, COUNTED, MUTANTS, Edit, Mutant, PatternError
 from mutants import kill, registry
 from mutants.cli import main
 from mutants.kill import exit_status, tier_ladder
 from mutants.ordering import coverage_order
-from mutants.report import markdown, read_mutant_lines, terminal, MutantsWriter
+from mutants.report import markdown, read_mutant_lines, terminal, mutants_writer
 from mutants.transform import KERNELS_PACKAGE, kernel_sources, load, materialise, mutated_sources
 
 SOURCES = {"a.py": "x = 1\ny = 2\n", "b.py": "from kernels.a import x\nz = x + x\n"}
@@ -127,7 +127,7 @@ def test_kill_table_renders_every_mutant_from_its_lines(tmp_path):
     lines = [_line("lse_log2", verdicts.PASS, [KILL], tier="smoke"),
              _line("piecewise_threshold_inclusive", verdicts.FAIL, reason="survived every case | 12 cases"),
              _line("gqa_dkdv_race", verdicts.UNSUPPORTED, reason="not reachable on the interpreter: sequential")]
-    writer = MutantsWriter(tmp_path)
+    writer = mutants_writer(tmp_path)
     for line in lines:
         writer.append(line)
     writer.close()

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from conformance.cli import main
-from conformance.capabilities import NotSupported
 from conformance.peers import sdpa
-from conformance.results import read_env, read_results
+from conformance.running.capabilities import NotSupported
+from conformance.running.results import read_env, read_results
 
 GQA_CAUSAL_FWD = "flash_attention.fwd[fp32,d16,causal,B1,H4,Hkv2,Sq9,Sk17,seed0]"
 MQA_EMPTY_ROWS_BWD = "flash_attention.bwd[fp32,d16,causal,B1,H4,Hkv1,Sq17,Sk9,seed0]"

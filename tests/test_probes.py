@@ -9,11 +9,14 @@ import textwrap
 import pytest
 import torch
 
-from conformance import attribution, backends, known_issues, probe_measures, probes, verdicts
+from conformance import backends
 from conformance.backends import INTERPRETER, cuda_profile
-from conformance.probe_measures import Measurement
+from conformance.judging import verdicts
+from conformance.probing import attribution, probe_measures, probe_runs, probes
+from conformance.probing.probe_measures import Measurement
 from conformance.reporting.summary import probe_table
-from conformance.results import from_json, to_json
+from conformance.robustness import known_issues
+from conformance.running.results import from_json, to_json
 
 PROFILE = backends.activate()  # the interpreter on CPU: before any probe kernel is imported
 
@@ -22,7 +25,7 @@ PROFILE = backends.activate()  # the interpreter on CPU: before any probe kernel
 def interpreter_lines():
     if not PROFILE.interpreted:
         pytest.skip("the interpreter's faults are only measured on the interpreter")
-    return {line["case"]: line for line in probes.run_probes(PROFILE)}
+    return {line["case"]: line for line in probe_runs.run_probes(PROFILE)}
 
 
 def test_the_interpreters_bf16_faults_fail_their_probes(interpreter_lines):
@@ -30,8 +33,9 @@ def test_the_interpreters_bf16_faults_fail_their_probes(interpreter_lines):
     assert dot["verdict"] == cast["verdict"] == verdicts.FAIL
     assert dot["max_error"] > 1e6 * dot["tolerance"]  # garbage, not rounding
     assert cast["max_error"] == 1.0 and cast["unit"] == "ulp"  # truncation: one ulp off
-    for line in (dot, cast):  # the kernels' workaround is named, the probe still fails
-        assert line["worked_around"] == "emulate_bf16" and "emulate_bf16" in line["reason"]
+    for line, workaround in ((dot, "interpreter_bf16_dot"), (cast, "interpreter_bf16_cast")):
+        # the kernels' workaround is named, the probe still fails
+        assert line["worked_around"] == workaround and workaround in line["reason"]
 
 
 def test_the_interpreters_bf16_subnormal_upcast_fails_unhandled(interpreter_lines):
@@ -73,14 +77,14 @@ def test_fp8_probes_run_where_the_profile_lists_fp8():
     if not PROFILE.interpreted:
         pytest.skip("interpreter only")
     fp8_profile = dataclasses.replace(PROFILE, dtypes=(*PROFILE.dtypes, "fp8e4m3"))
-    (dot, upcast) = probes.run_probes(fp8_profile, ["probe.dot[fp8e4m3]", "probe.upcast[fp8e4m3]"])
+    (dot, upcast) = probe_runs.run_probes(fp8_profile, ["probe.dot[fp8e4m3]", "probe.upcast[fp8e4m3]"])
     assert dot["verdict"] == upcast["verdict"] == verdicts.PASS
 
 
-@pytest.mark.parametrize("name, arch, supported", [("cuda", "sm_80", True), ("hip", "gfx942", True),
-                                                   ("hip", "gfx90a", False), ("interpreter", "cpu", True)])
-def test_tf32_is_probed_where_triton_offers_it(name, arch, supported):
-    profile = dataclasses.replace(INTERPRETER, name=name, arch=arch)
+@pytest.mark.parametrize("key, supported", [("cuda:sm_80", True), ("hip:gfx942", True),
+                                            ("hip:gfx90a", False), ("interpreter", True)])
+def test_tf32_is_probed_where_triton_offers_it(key, supported):
+    profile = backends.profile_by_key(key)
     (probe,) = probes.select(["probe.dot[tf32]"])
     assert (probes.unsupported_reason(probe, profile) is None) is supported
 
@@ -90,7 +94,7 @@ def test_a_probe_that_raises_is_an_error():
         raise RuntimeError("no such instruction")
 
     probe = probes.Probe("dot", "fp16", "fp16 tl.dot", "abs", "test", broken)
-    line = probes.run_probe(probe, PROFILE)
+    line = probe_runs.run_probe(probe, PROFILE)
     assert line["verdict"] == verdicts.ERROR and line["reason"] == "RuntimeError: no such instruction"
 
 
@@ -121,7 +125,7 @@ def fixed_probe(passed: bool, probe_id="probe.dot[fp8e4m3]"):
 
 def test_a_failing_probe_under_a_known_issue_is_xfail_and_keeps_its_own_verdict(tmp_path):
     registry = probe_registry(tmp_path, 'probe = ["probe.dot[fp8e4m3]", "probe.dot[fp8e5m2]"]\nbackend = "interpreter"')
-    line = probes.run_probe(fixed_probe(passed=False), PROFILE, registry=registry)
+    line = probe_runs.run_probe(fixed_probe(passed=False), PROFILE, registry=registry)
     assert line["verdict"] == verdicts.XFAIL and line["rule_verdict"] == verdicts.FAIL
     assert line["known_issue"] == registry[0].record() and line["known_issue"]["id"] == "demo-probe"
     assert "max error 0.0036 > tolerance 0.00048" in line["reason"]  # the probe's own reason stays
@@ -138,13 +142,13 @@ def test_a_probe_that_raises_under_a_known_issue_is_xfail(tmp_path):
 
     registry = probe_registry(tmp_path, 'probe = "probe.dot[fp16]"')
     probe = probes.Probe("dot", "fp16", "fp16 tl.dot", "abs", "test", broken)
-    line = probes.run_probe(probe, PROFILE, registry=registry)
+    line = probe_runs.run_probe(probe, PROFILE, registry=registry)
     assert line["verdict"] == verdicts.XFAIL and line["rule_verdict"] == verdicts.ERROR
 
 
 def test_a_passing_probe_under_a_known_issue_is_xpass_and_an_unhandled_failure(tmp_path):
     registry = probe_registry(tmp_path, 'probe = "probe.dot[fp8e4m3]"')
-    line = probes.run_probe(fixed_probe(passed=True), PROFILE, registry=registry)
+    line = probe_runs.run_probe(fixed_probe(passed=True), PROFILE, registry=registry)
     assert line["verdict"] == verdicts.XPASS and line["rule_verdict"] == verdicts.PASS
     assert line["reason"] == "known issue demo-probe no longer fails: remove its registry entry"
     assert probes.unhandled_failures([line]) == [line] and verdicts.run_failed([line["verdict"]])
@@ -154,26 +158,26 @@ def test_a_passing_probe_under_a_known_issue_is_xpass_and_an_unhandled_failure(t
 
 def test_a_probe_entry_applies_only_to_its_probes_backend_and_arch(tmp_path):
     registry = probe_registry(tmp_path, 'probe = "probe.dot[fp8e4m3]"\nbackend = "cuda"\narch = "sm_90"')
-    failing = probes.run_probe(fixed_probe(passed=False), PROFILE, registry=registry)  # on the interpreter
+    failing = probe_runs.run_probe(fixed_probe(passed=False), PROFILE, registry=registry)  # on the interpreter
     assert failing["verdict"] == failing["rule_verdict"] == verdicts.FAIL and "known_issue" not in failing
-    other = probes.run_probe(fixed_probe(passed=False, probe_id="probe.dot[fp8e5m2]"), SIMULATED_H100,
+    other = probe_runs.run_probe(fixed_probe(passed=False, probe_id="probe.dot[fp8e5m2]"), SIMULATED_H100,
                              registry=registry)  # the entry's backend and arch, another probe
     assert other["verdict"] == verdicts.FAIL and "known_issue" not in other
-    covered = probes.run_probe(fixed_probe(passed=False), SIMULATED_H100, registry=registry)
+    covered = probe_runs.run_probe(fixed_probe(passed=False), SIMULATED_H100, registry=registry)
     assert covered["verdict"] == verdicts.XFAIL
 
 
 def test_an_unsupported_probe_stays_unsupported_under_a_known_issue(tmp_path):
     registry = probe_registry(tmp_path, 'probe = "probe.dot[fp8e4m3]"')
     (fp8_dot,) = probes.select(["probe.dot[fp8e4m3]"])
-    line = probes.run_probe(fp8_dot, INTERPRETER, registry=registry)  # the interpreter profile lists no fp8
+    line = probe_runs.run_probe(fp8_dot, INTERPRETER, registry=registry)  # the interpreter profile lists no fp8
     assert line["verdict"] == line["rule_verdict"] == verdicts.UNSUPPORTED and "known_issue" not in line
 
 
 def test_the_bundled_registry_turns_the_h100_fp8_dot_probes_into_xfail():
     """The measured H100 failure (reports/h100-sm90), replayed on a simulated sm_90 profile."""
     for probe_id in ("probe.dot[fp8e4m3]", "probe.dot[fp8e5m2]"):
-        line = probes.run_probe(fixed_probe(passed=False, probe_id=probe_id), SIMULATED_H100)
+        line = probe_runs.run_probe(fixed_probe(passed=False, probe_id=probe_id), SIMULATED_H100)
         assert line["verdict"] == verdicts.XFAIL and line["rule_verdict"] == verdicts.FAIL
         assert line["known_issue"]["id"] == "sm90-fp8-mma-probes"
         assert "sm90-fp8-mma-accumulation" in line["known_issue"]["reason"]
@@ -186,7 +190,7 @@ def test_the_interpreters_failing_upcast_probe_under_a_known_issue(tmp_path):
         pytest.skip("the interpreter's faults are only measured on the interpreter")
     registry = probe_registry(tmp_path, 'probe = ["probe.upcast[bf16]", "probe.upcast[fp16]"]\n'
                                         'backend = "interpreter"\narch = "cpu"')
-    upcast_fp16, upcast_bf16 = probes.run_probes(PROFILE, ["probe.upcast[bf16]", "probe.upcast[fp16]"],
+    upcast_fp16, upcast_bf16 = probe_runs.run_probes(PROFILE, ["probe.upcast[bf16]", "probe.upcast[fp16]"],
                                                  registry=registry)  # catalog order
     assert upcast_bf16["verdict"] == verdicts.XFAIL and upcast_bf16["rule_verdict"] == verdicts.FAIL
     assert upcast_fp16["verdict"] == verdicts.XPASS  # sound on the interpreter: the entry would be stale
@@ -261,10 +265,10 @@ def test_only_failing_cases_are_attributed(verdict, rule_verdict, attributed):
 
 
 def test_attribution_names_every_failed_primitive_and_any_workaround():
-    probe_lines = [probe_line("probe.dot[bf16]", "fail", "emulate_bf16"), probe_line("probe.exp2[fp32]", "error"),
+    probe_lines = [probe_line("probe.dot[bf16]", "fail", "interpreter_bf16_dot"), probe_line("probe.exp2[fp32]", "error"),
                    probe_line("probe.cast[bf16]", "pass"), probe_line("probe.dot[fp16]", "fail")]
     assert attribution.backend_fault(case_line("bf16"), probe_lines) == (
-        "likely backend fault: tl.math.exp2, bf16 tl.dot (worked around here: emulate_bf16)")
+        "likely backend fault: tl.math.exp2, bf16 tl.dot (worked around here: interpreter_bf16_dot)")
     assert attribution.backend_fault(case_line("fp32"), probe_lines) == "likely backend fault: tl.math.exp2"
     annotated = attribution.with_backend_fault(case_line("fp16"), probe_lines[3:])
     assert annotated["backend_fault"] == "likely backend fault: fp16 tl.dot"
@@ -280,9 +284,9 @@ def test_a_probe_under_a_known_issue_is_blamed_by_its_own_verdict(verdict, rule_
     fault = attribution.backend_fault(case_line("fp8e4m3", "xfail", "fail"), [fp8_dot])
     expected = "likely backend fault: fp8e4m3 tl.dot (known issue sm90-fp8-mma-probes)"
     assert (fault == expected) if blamed else fault is None
-    both = dict(probe_line("probe.dot[bf16]", "xfail", "emulate_bf16", "fail", "demo"))
+    both = dict(probe_line("probe.dot[bf16]", "xfail", "interpreter_bf16_dot", "fail", "demo"))
     assert attribution.backend_fault(case_line("bf16"), [both]) == (
-        "likely backend fault: bf16 tl.dot (worked around here: emulate_bf16; known issue demo)")
+        "likely backend fault: bf16 tl.dot (worked around here: interpreter_bf16_dot; known issue demo)")
 
 
 def test_a_run_writes_probes_first_and_attributes_failing_cases(tmp_path, monkeypatch):
@@ -292,7 +296,7 @@ def test_a_run_writes_probes_first_and_attributes_failing_cases(tmp_path, monkey
     if not PROFILE.interpreted:
         pytest.skip("interpreter only")
     from conformance.cli import main
-    from conformance.results import read_results
+    from conformance.running.results import read_results
 
     monkeypatch.setattr(backends, "_active", backends._active)
     fp16 = "flash_attention.fwd[fp16,d16,causal,B1,H2,Hkv1,Sq9,Sk17,seed0]"
@@ -307,8 +311,8 @@ def test_a_run_writes_probes_first_and_attributes_failing_cases(tmp_path, monkey
     assert by_id[fp16]["verdict"] == by_id[bf16]["verdict"] == verdicts.FAIL
     assert "backend_fault" not in by_id[fp16]
     assert by_id[bf16]["backend_fault"] == (
-        "likely backend fault: bf16 tl.dot (worked around here: emulate_bf16), "
-        "fp32->bf16 cast (worked around here: emulate_bf16), bf16->fp32 cast")
+        "likely backend fault: bf16 tl.dot (worked around here: interpreter_bf16_dot), "
+        "fp32->bf16 cast (worked around here: interpreter_bf16_cast), bf16->fp32 cast")
 
 
 def test_a_run_records_an_xfail_probe_and_still_blames_it(tmp_path, monkeypatch):
@@ -317,7 +321,7 @@ def test_a_run_records_an_xfail_probe_and_still_blames_it(tmp_path, monkeypatch)
     if not PROFILE.interpreted:
         pytest.skip("interpreter only")
     from conformance.cli import main
-    from conformance.results import read_results
+    from conformance.running.results import read_results
 
     registry_dir = tmp_path / "registry"
     registry_dir.mkdir()
@@ -344,7 +348,7 @@ def test_probes_command_exits_1_only_for_failures_the_profile_does_not_work_arou
     if not PROFILE.interpreted:
         pytest.skip("interpreter only")
     from conformance.cli import main
-    from conformance.results import read_env, read_results
+    from conformance.running.results import read_env, read_results
 
     monkeypatch.setattr(backends, "_active", backends._active)
     assert main(["probes", "--probe", "probe.dot[bf16]", "--probe", "probe.dot[fp16]", "--out", str(tmp_path)]) == 0
@@ -359,7 +363,7 @@ def test_probes_command_exits_1_only_for_failures_the_profile_does_not_work_arou
 
 def test_a_stale_probe_entry_fails_the_run_though_every_case_passes(tmp_path, monkeypatch):
     from conformance.cli import main
-    from conformance.results import read_results
+    from conformance.running.results import read_results
 
     registry_dir = tmp_path / "registry"
     registry_dir.mkdir()

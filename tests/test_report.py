@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance.report import FILES, render, render_run, write_reports
 from conformance.reporting import markdown, terminal
+from conformance.reporting.report import FILES, render, render_run, write_reports
 from conformance.reporting.summary import (compile_tables, group_table, probe_table, tensor_table, totals_table,
                                            verdict_totals)
-from conformance.results import ResultsWriter, from_json, read_env, read_results, to_json
+from conformance.running.results import ResultsWriter, from_json, read_env, read_results, to_json
 
 DATA = Path(__file__).parent / "data"
 FIXTURE = DATA / "report_run"
@@ -203,8 +203,8 @@ def test_only_numeric_fields_decode_special_strings():
 def test_a_stated_revision_wins_over_a_stale_checkout(monkeypatch):
     """A copy shipped to a lab machine may carry an old .git: the sender's statement wins,
     the checkout's own view is kept beside it, and the summary marks it as stated."""
-    from conformance.environment import git_revision
     from conformance.reporting.summary import format_env_value
+    from conformance.running.environment import git_revision
 
     monkeypatch.setenv("FA_HARNESS_REVISION", "b31559c")
     harness = git_revision()

@@ -11,7 +11,7 @@ import pytest
 
 from conformance.cli import main
 from conformance.reporting import html, junit, pictures
-from conformance.results import read_env, read_results
+from conformance.running.results import read_env, read_results
 
 DATA = Path(__file__).parent / "data"
 FIXTURE = DATA / "report_run"
@@ -99,12 +99,12 @@ def test_junit_carries_ratios_reasons_and_known_issues():
 
 def test_junit_skips_a_failing_probe_the_kernels_work_around():
     lines = read_results(FIXTURE)
-    worked_around = [dict(line, worked_around="emulate_bf16") if line["case"] == "probe.dot[bf16]" else line
+    worked_around = [dict(line, worked_around="interpreter_bf16_dot") if line["case"] == "probe.dot[bf16]" else line
                      for line in lines]
     suite = ET.fromstring(junit.render(read_env(FIXTURE), worked_around)).find("testsuite[@name='conformance.probe']")
     assert (suite.get("failures"), suite.get("skipped")) == ("0", "1")
     message = suite.find("testcase[@name='probe.dot[bf16]']/skipped").get("message")
-    assert message.startswith("fail, worked around by the kernels (emulate_bf16): 16x16 tl.dot")
+    assert message.startswith("fail, worked around by the kernels (interpreter_bf16_dot): 16x16 tl.dot")
 
 
 def test_junit_strips_characters_xml_forbids():
@@ -188,7 +188,7 @@ def test_histogram_bins_put_the_bound_in_the_last_passing_bin():
 
 
 def test_the_pictures_bound_is_the_rule_bound():
-    from conformance.rule import BOUND
+    from conformance.judging.rule import BOUND
 
     assert pictures.BOUND == BOUND
 

@@ -6,14 +6,15 @@ import textwrap
 import pytest
 import torch
 
-from conformance import known_issues, verdicts
 from conformance.backends import INTERPRETER, cuda_profile
-from conformance.catalog import Case
-from conformance.implementations import Implementations
-from conformance.inputs import make_inputs
-from conformance.operators import OPERATORS, score_size
-from conformance.rule import BOUND, compare_tensor, floor, judge, max_abs_error, nonfinite_mismatch
-from conformance.runner import run_case
+from conformance.cases.catalog import Case
+from conformance.cases.inputs import make_inputs
+from conformance.judging import verdicts
+from conformance.judging.operators import OPERATORS, score_size
+from conformance.judging.rule import BOUND, compare_tensor, floor, judge, max_abs_error, nonfinite_mismatch
+from conformance.robustness import known_issues
+from conformance.running.implementations import Implementations
+from conformance.running.runner import run_case
 
 INF = math.inf
 
@@ -141,6 +142,12 @@ def test_the_delta_noise_raises_the_floor_at_the_outputs_rounding():
     ref = torch.tensor([[1.0, -2.0]], dtype=torch.float64)
     record = compare_tensor("dk", ref.to(torch.bfloat16), ref, ref, "bf16", delta_noise=3.0)
     assert record["floor"] == floor("bf16", ref) + 3.0 * 2**-8 and record["delta_noise"] == 3.0
+
+
+def test_the_accumulator_noise_raises_the_floor_at_fp32s_rounding():
+    ref = torch.tensor([[1.0, -2.0]], dtype=torch.float64)
+    record = compare_tensor("dq", ref.to(torch.float16), ref, ref, "fp16", accumulator_noise=5e3)
+    assert record["floor"] == floor("fp16", ref) + 5e3 * 2**-24 and record["accumulator_noise"] == 5e3
 
 
 # --- known issues -------------------------------------------------------------------
@@ -357,7 +364,7 @@ def test_runner_applies_known_issues(tmp_path, fake, verdict):
     assert line["rule_verdict"] == (verdicts.PASS if fake == "exact" else verdicts.FAIL)
 
 
-# --- term sizes (conformance.operators) ---------------------------------------------
+# --- term sizes (conformance.judging.operators) ---------------------------------------------
 
 @pytest.mark.parametrize("seed", range(5))
 def test_score_size_bounds_every_scaled_score_and_its_absolute_terms(seed):

@@ -1,20 +1,23 @@
-"""Backend profiles: what a backend can run and how the bundled kernels launch on it.
+"""Backend profiles: what the harness knows about a backend, and which one is active.
 
 A profile is data (a frozen dataclass, `profile.py`) plus a detector
-(`detection.py`). One module per backend family holds its facts and launch tables:
+(`detection.py`); it reads the kernels' own launch tables and supported dtypes
+(kernels.tuning, kernels.targets) and imports nothing else of the repository.
+One module per backend family holds its facts:
 `cuda.py` (NVIDIA, per compute capability), `hip.py` (AMD ROCm, per gfx arch),
 `iluvatar.py` (Iluvatar CoreX), `interpreter.py` (Triton's CPU interpreter).
-Kernels and tests ask the *active* profile instead of branching on the platform:
+The harness and tests ask the *active* profile instead of branching on the platform:
 
     profile = active_profile()
-    cfg = profile.launch_config("fwd", head_dim=64)
+    profile.dtypes, profile.unsupported_reason("fp8e4m3", 64), profile.launch_config("fwd", 64)
 
 The active profile is detected once per process (`detect()`), or chosen explicitly
 with `activate("cuda:sm_90")` / the command line's `--backend`.
 
-Detection must not import the kernels: under Triton's CPU interpreter the
-environment variable TRITON_INTERPRET=1 has to be set *before* any `@triton.jit`
-function is defined, and `activate()` is where that happens.
+Detection must not define the kernels (kernels.targets and kernels.tuning define
+none): under Triton's CPU interpreter the environment variable TRITON_INTERPRET=1
+has to be set *before* any `@triton.jit` function is defined, and `activate()` is
+where that happens.
 """
 
 from __future__ import annotations

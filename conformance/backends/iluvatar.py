@@ -32,18 +32,14 @@ What public sources say, and how sure it is:
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from conformance.backends.cuda import CUDA_LAUNCH
-from conformance.backends.profile import HEAD_DIMS, HIGH_PRECISION, BackendProfile, map_tables
+from conformance.backends.profile import HEAD_DIMS, BackendProfile
+from kernels.targets import Target
 
 # capability -> ivcore name (FlagTree's Iluvatar compiler).
 ILUVATAR_ARCHS = {(7, 0): "ivcore10", (7, 1): "ivcore11", (8, 0): "ivcore20"}
 
 # Untuned: the CUDA tiles with half the warps, so that a block of 64-wide warps has
 # the thread count the CUDA tables were measured with.
-ILUVATAR_LAUNCH = map_tables(CUDA_LAUNCH, lambda config: replace(config, num_warps=max(1, config.num_warps // 2)))
-
 DETECTION = ("torch.cuda.is_available() with torch.version.hip None and a CoreX marker: "
              "torch.corex is True, or triton's active target is ('cuda', capability, warp 64), "
              "or triton ships the iluvatar backend; arch from torch.cuda.get_device_capability()")
@@ -54,14 +50,16 @@ def iluvatar_profile(arch: str) -> BackendProfile:
     unknown = () if arch in ILUVATAR_ARCHS.values() else (
         f"{arch} is not one of the CoreX architectures FlagTree names "
         f"({', '.join(ILUVATAR_ARCHS.values())}): nothing about it is known here.",)
+    capability = next((cap for cap, name in ILUVATAR_ARCHS.items() if name == arch), (7, 0))
+    target = Target("cuda", capability[0] * 10 + capability[1], 64)
     return BackendProfile(
         name="iluvatar",
         arch=arch,
         device="cuda",
-        dtypes=HIGH_PRECISION,
+        dtypes=target.dtypes,
         head_dims=HEAD_DIMS,
         default_tier="standard",
-        launch=ILUVATAR_LAUNCH,
+        target=target,
         warp_size=64,
         detection=DETECTION,
         notes=(

@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-from conformance.backends.profile import HEAD_DIMS, HIGH_PRECISION, BackendProfile, LaunchConfig, table
-
-# Under the interpreter every program instance is a numpy evaluation: large tiles
-# mean fewer, more vectorised instances, which is what makes the smoke tier fast.
-_INTERPRETER_LAUNCH = {
-    "fwd": table((256, LaunchConfig(64, 64))),
-    "bwd_preprocess": table((256, LaunchConfig(64, 64))),
-    "bwd_dkdv": table((256, LaunchConfig(64, 64))),
-    "bwd_dq": table((256, LaunchConfig(64, 64))),
-    "total": table((256, LaunchConfig(64, 64))),
-}
+from conformance.backends.profile import HEAD_DIMS, BackendProfile
+from kernels import targets
 
 INTERPRETER = BackendProfile(
     name="interpreter",
     arch="cpu",
     device="cpu",
-    dtypes=HIGH_PRECISION,
+    dtypes=targets.INTERPRETER.dtypes,
     head_dims=HEAD_DIMS,
     default_tier="smoke",
-    launch=_INTERPRETER_LAUNCH,
-    emulate_bf16=True,
+    target=targets.INTERPRETER,
+    tf32_dot=True,
     detection="TRITON_INTERPRET set to anything but 0, or no GPU that torch can use",
     notes=(
         "Triton's interpreter returns garbage from tl.dot on bf16 operands (measured "
@@ -39,7 +30,7 @@ INTERPRETER = BackendProfile(
         "entries of a 16x192 by 192x16 product differ from the same entries of a 64x64 "
         "one). The forward's scores and the backward's recomputed ones then disagree, "
         "and the fp32 backward of small problems was up to 3.9x less accurate than torch "
-        "(an H100 runs the same cases at 0.8-0.9x torch). The kernels sum fp32 dot "
-        "products in K order here, as an MMA does.",
+        "(an H100 runs the same cases at 0.8-0.9x torch). The kernels sum exact fp32 "
+        "products in fp64 and round once here (an MMA's products are exact too).",
     ),
 )

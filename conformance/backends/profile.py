@@ -1,72 +1,22 @@
-"""The data a backend profile holds: launch configurations and the profile itself.
+"""The data a backend profile holds.
 
 A profile is a frozen dataclass; the modules next to this one build one per
 architecture (cuda.py, hip.py, iluvatar.py, interpreter.py) from tables of
-public facts, and detection.py picks one for the running process.
+public facts, and detection.py picks one for the running process.  The launch
+tables and the dtypes the bundled kernels support are the kernels' own
+(kernels.tuning, kernels.targets): a profile reads them, for the compile-only
+tier and to know which cases can run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-# The kernels a profile's launch tables cover (piecewise kernels fall back to the
-# flash table of the same role when a profile has no `piecewise_*` table).
-KERNELS = ("fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq", "total")
+from kernels.targets import FP8, HEAD_DIMS, HIGH_PRECISION, Target
+from kernels.tuning import KERNELS, LaunchConfig, LaunchTable, launch_tables
 
-# Compiler options only some Triton backends take: a launch passes one only where
-# the profile sets it (triton rejects options its backend does not know).
-BACKEND_KNOBS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
-
-
-@dataclass(frozen=True)
-class LaunchConfig:
-    """Tile shape and scheduling knobs of one kernel launch.
-
-    waves_per_eu, matrix_instr_nonkdim, kpack: options of Triton's AMD backend
-    (occupancy hint, MFMA instruction shape, operand packing); None = not passed.
-    """
-
-    block_m: int
-    block_n: int
-    num_warps: int = 4
-    num_stages: int = 1
-    waves_per_eu: int | None = None
-    matrix_instr_nonkdim: int | None = None
-    kpack: int | None = None
-
-    def options(self) -> dict:
-        """The compiler options a launch passes: warps, stages and every knob that is set."""
-        knobs = {name: getattr(self, name) for name in BACKEND_KNOBS if getattr(self, name) is not None}
-        return {"num_warps": self.num_warps, "num_stages": self.num_stages, **knobs}
-
-    def as_dict(self) -> dict:
-        """Tile sizes and options, unset knobs left out."""
-        return {"block_m": self.block_m, "block_n": self.block_n, **self.options()}
-
-
-@dataclass(frozen=True)
-class LaunchTable:
-    """Launch configs of one kernel, chosen by head dim: the first row whose
-    `max_head_dim` is >= the (padded) head dim wins."""
-
-    rows: tuple[tuple[int, LaunchConfig], ...]
-
-    def pick(self, head_dim: int) -> LaunchConfig:
-        for max_head_dim, config in self.rows:
-            if head_dim <= max_head_dim:
-                return config
-        raise ValueError(f"no launch config for head_dim={head_dim}")
-
-
-def table(*rows: tuple[int, LaunchConfig]) -> LaunchTable:
-    return LaunchTable(tuple(rows))
-
-
-def map_tables(tables: dict[str, LaunchTable], change) -> dict[str, LaunchTable]:
-    """Every config of every table passed through `change(config) -> config`."""
-    return {name: LaunchTable(tuple((bound, change(config)) for bound, config in tab.rows))
-            for name, tab in tables.items()}
-
+__all__ = ["FP8", "HEAD_DIMS", "HIGH_PRECISION", "KERNELS", "KIB", "BackendProfile", "LaunchConfig",
+           "LaunchTable"]
 
 @dataclass(frozen=True)
 class BackendProfile:
@@ -79,9 +29,11 @@ class BackendProfile:
                  ("fp8e4m3", "fp8e5m2") mean forward-only fp8 support
     head_dims:   head dims the bundled kernels support here
     default_tier: the catalog tier `run --tier auto` picks
-    launch:      kernel name -> LaunchTable (a `"{kernel}.{dtype}"` key overrides)
-    emulate_bf16: this backend's dot is faulty for bf16 (and inconsistent for fp32);
-                 the kernels emulate it faithfully in fp32 (see the interpreter profile)
+    target:      the kernels' Target of this backend (kernels.targets): their launch
+                 tables and workarounds here
+    tf32_dot:    triton takes tl.dot(input_precision="tf32") here (triton's backend
+                 options: every NVIDIA target, AMD only gfx942; the interpreter accepts
+                 it and computes fp32)
     warp_size:   threads per warp / wavefront
     shared_memory_bytes:  shared memory (LDS) one block may use; None = not known
     registers_per_thread: most 32-bit registers one thread can address
@@ -99,8 +51,8 @@ class BackendProfile:
     dtypes: tuple[str, ...]
     head_dims: tuple[int, ...]
     default_tier: str
-    launch: dict[str, LaunchTable] = field(hash=False, compare=False)
-    emulate_bf16: bool = False
+    target: Target
+    tf32_dot: bool = False
     warp_size: int = 32
     shared_memory_bytes: int | None = None
     registers_per_thread: int | None = None
@@ -117,15 +69,16 @@ class BackendProfile:
     def interpreted(self) -> bool:
         return self.name == "interpreter"
 
-    def launch_config(self, kernel: str, head_dim: int, dtype: str = "fp16") -> LaunchConfig:
-        """Launch config of `kernel` for a (padded) head dim and input dtype name.
+    @property
+    def launch(self) -> dict[str, LaunchTable]:
+        """The kernels' launch tables on this backend (kernels.tuning)."""
+        return launch_tables(self.target)
 
-        A table keyed `"{kernel}.{dtype}"` (e.g. `fwd.fp32`, whose tiles take twice
-        the shared memory) overrides the kernel's general table."""
-        for key in (f"{kernel}.{dtype}", kernel):
-            if key in self.launch:
-                return self.launch[key].pick(head_dim)
-        raise KeyError(f"profile {self.key} has no launch table for kernel {kernel!r}")
+    def launch_config(self, kernel: str, head_dim: int, dtype: str = "fp16") -> LaunchConfig:
+        """Launch config of `kernel` for a (padded) head dim and input dtype name."""
+        from kernels.tuning import launch_config
+
+        return launch_config(kernel, head_dim, dtype, self.target)
 
     def register_budget(self, num_warps: int) -> int | None:
         """Registers per thread a block of `num_warps` warps can have and still launch:
@@ -136,17 +89,20 @@ class BackendProfile:
         limits = [limit for limit in limits if limit is not None]
         return min(limits) if limits else None
 
+    def dtype_unsupported_reason(self, dtype: str) -> str | None:
+        """Why this backend cannot take `dtype` inputs, or None if it can."""
+        if dtype not in self.dtypes:
+            return f"dtype {dtype} not supported on {self.key} (supported: {', '.join(self.dtypes)})"
+        return None
+
     def unsupported_reason(self, dtype: str, head_dim: int) -> str | None:
         """Why this backend cannot run a case, or None if it can."""
         if dtype not in self.dtypes:
-            return f"dtype {dtype} not supported on {self.key} (supported: {', '.join(self.dtypes)})"
+            return self.dtype_unsupported_reason(dtype)
         if head_dim not in self.head_dims:
             dims = ", ".join(str(d) for d in self.head_dims)
             return f"head_dim {head_dim} not supported on {self.key} (supported: {dims})"
         return None
 
 
-HEAD_DIMS = (16, 32, 64, 96, 128, 192, 256)
-HIGH_PRECISION = ("fp16", "bf16", "fp32")
-FP8 = ("fp8e4m3", "fp8e5m2")
 KIB = 1024

@@ -23,9 +23,9 @@ def add_parser(commands) -> None:
 
 
 def command_compile(args) -> int:
-    from conformance.cli import UsageError
     from conformance.compile_only.targets import parse_targets
     from conformance.compile_only.tier import run
+    from conformance.usage import UsageError
 
     try:
         parse_targets(args.target)

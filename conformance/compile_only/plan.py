@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from conformance.backends.profile import FP8, BackendProfile
+from kernels.validation import DTYPE_NAMES
 
 FLASH, PIECEWISE = "flash_attention", "piecewise_attention"
 # full: every dtype x power-of-two head dim x variant of the profile.
@@ -20,6 +21,8 @@ FLASH, PIECEWISE = "flash_attention", "piecewise_attention"
 # (fp16 for the general tables -- bf16 launches the same tiles -- fp32 for the fp32
 # ones, fp8 where listed) and only the variant with the most code (causal + dropout).
 SCOPES = ("full", "quick")
+# Bits of each input dtype's operands.
+_OPERAND_BITS = {name: dtype.itemsize * 8 for dtype, name in DTYPE_NAMES.items()}
 
 
 @dataclass(frozen=True)
@@ -53,9 +56,14 @@ def head_dims(profile: BackendProfile, scope: str) -> list[int]:
 
 
 def dtypes(profile: BackendProfile, scope: str) -> list[str]:
+    """full: every dtype of the profile; quick: the first of each operand width (16-, 32- and
+    8-bit operands take different MMA instructions and tile sizes; bf16 is fp16's twin there)."""
     if scope == "full":
         return list(profile.dtypes)
-    return [dtype for dtype in profile.dtypes if dtype in ("fp16", "fp32") or dtype == FP8[0]]
+    first_of_width = {}
+    for dtype in profile.dtypes:
+        first_of_width.setdefault(_OPERAND_BITS[dtype], dtype)
+    return list(first_of_width.values())
 
 
 def _variants(scope: str, with_dropout: bool) -> list[tuple[bool, bool]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from conformance import verdicts
+from conformance.judging import verdicts
 from conformance.reporting import markdown, summary, terminal
 
 JUDGED = ("pass: compiled within the target's limits; fail: shared memory over what a block may use, or "

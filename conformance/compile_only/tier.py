@@ -27,13 +27,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance import verdicts
 from conformance.backends import INTERPRETER
 from conformance.backends.profile import BackendProfile
 from conformance.compile_only import plan
 from conformance.compile_only.targets import parse_targets
-from conformance.environment import HARNESS_ROOT, command_line, fingerprint, triton_version
-from conformance.results import ResultsWriter, default_run_dir, read_env, read_results
+from conformance.judging import verdicts
+from conformance.running.environment import HARNESS_ROOT, command_line, fingerprint, triton_version
+from conformance.running.results import ResultsWriter, default_run_dir, read_env, read_results
 
 REPORT_FILE = "compile.md"
 _CHUNK_TIMEOUT_S = 1800

@@ -38,7 +38,7 @@ KERNEL_NAMES = {
 }
 # Launch keywords that are not part of a configuration: the head-dim tile is the
 # `head_dim` field, the rest are the same for every GPU launch.
-_NOT_CONFIG = ("BLOCK_D", "EMULATE_BF16", "first_batch_head")
+_NOT_CONFIG = ("BLOCK_D", "INTERPRETED", "first_batch_head")
 
 
 def emit(event: dict) -> None:
@@ -101,7 +101,7 @@ class Compiler:
             result["compile_s"] = round(time.perf_counter() - started, 3)
             result.update(usage(compiled, self.backend))
         except Exception as exc:  # the compiler's error is the finding
-            from conformance.runner import error_fields
+            from conformance.judging.verdicts import error_fields
 
             result["compile_s"] = round(time.perf_counter() - started, 3)
             result["error"] = error_fields(exc)

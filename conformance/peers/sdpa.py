@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from conformance.capabilities import NotSupported
+from conformance.running.capabilities import NotSupported
 
 BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,

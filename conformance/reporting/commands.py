@@ -7,8 +7,7 @@
 `report` with the default format `all` (re)writes summary.md, report.html and
 junit.xml into DIR and prints the terminal report; a single format is printed
 (or written to --output) and nothing else is touched. `diff` exits 1 iff some id
-regressed. Bad arguments exit 2 (conformance.cli.UsageError). conformance.cli
-imports this module, so this one imports conformance.cli only when a command runs.
+regressed. Bad arguments exit 2 (conformance.usage.UsageError).
 """
 
 from __future__ import annotations
@@ -17,7 +16,8 @@ import sys
 from pathlib import Path
 
 from conformance.reporting.diff import DEFAULT_DRIFT
-from conformance.results import RESULTS_FILE
+from conformance.running.results import RESULTS_FILE
+from conformance.usage import EXIT_FAILED, EXIT_OK, UsageError
 
 REPORT_FORMATS = ("all", "terminal", "markdown", "html", "junit", "jsonl")
 
@@ -47,14 +47,10 @@ def add_parsers(commands) -> None:
 
 
 def _usage_error(message: str) -> Exception:
-    from conformance.cli import UsageError
-
     return UsageError(message)
 
 
 def _exit_code(failed: bool) -> int:
-    from conformance.cli import EXIT_FAILED, EXIT_OK
-
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -73,7 +69,7 @@ def _emit(text: str, output: str | None) -> None:
 
 
 def command_report(args) -> int:
-    from conformance.report import render, render_run
+    from conformance.reporting.report import render, render_run
 
     run_dir = _run_folder(args.run_dir, "DIR")
     if args.format == "all":
@@ -87,7 +83,7 @@ def command_report(args) -> int:
 
 def command_diff(args) -> int:
     from conformance.reporting import diff
-    from conformance.results import read_env, read_results
+    from conformance.running.results import read_env, read_results
 
     old, new = _run_folder(args.old, "OLD"), _run_folder(args.new, "NEW")
     changes = diff.compare(read_results(old), read_results(new), args.drift)

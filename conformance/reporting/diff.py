@@ -28,13 +28,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from conformance.judging.verdicts import FAILING
 from conformance.reporting import markdown, summary, terminal
-from conformance.verdicts import FAILING
 
 DEFAULT_DRIFT = 0.25
 # Resources of a compile check whose relative change beyond the threshold is drift.
 COMPILE_RESOURCES = ("registers", "spills_bytes", "shared_bytes")
 REGRESSION, FIXED, CHANGED, DRIFT, NEW, REMOVED = "regression", "fixed", "changed", "drift", "new", "removed"
+# How the matrix marks a change in a cell (the HTML page shades cells by them).
+MARKERS = {REGRESSION: "▼", FIXED: "▲", CHANGED: "~", DRIFT: "≈"}
 CHANGE_ORDER = (REGRESSION, FIXED, CHANGED, DRIFT, NEW, REMOVED)
 _ENV_FIELDS = ("device", "backend", "driver", "torch", "triton", "numpy", "python", "harness", "tier", "implementation")
 

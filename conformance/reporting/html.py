@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from html import escape
 
-from conformance import verdicts
+from conformance.judging import verdicts
 from conformance.reporting import markdown, pictures, summary
-from conformance.reporting.matrix import MARKERS, drift_text
+from conformance.reporting.diff import MARKERS
 
 # A cell starting with a matrix marker (regression, fix, ...) is shaded by it.
 _MARK_CLASSES = {marker: f"m-{change}" for change, marker in MARKERS.items()}
@@ -74,7 +74,7 @@ def _cell(value, mono: bool, numeric: bool) -> str:
     return f'<td class="{" ".join(classes)}">{escape(text)}</td>' if classes else f"<td>{escape(text)}</td>"
 
 
-def _section(title: str, *body: str) -> str:
+def section(title: str, *body: str) -> str:
     return f"<section><h2>{escape(title)}</h2>{''.join(body)}</section>"
 
 
@@ -88,7 +88,7 @@ def _environment(env: dict) -> str:
     rows = summary.environment_rows(env)
     notes = "".join(f"<li>{escape(note)}</li>" for note in env.get("profile_notes") or [])
     body = table(["field", "value"], rows, numeric=False) if rows else "<p>(no env.json)</p>"
-    return _section("Environment", body, f"<p>Backend notes:</p><ul>{notes}</ul>" if notes else "")
+    return section("Environment", body, f"<p>Backend notes:</p><ul>{notes}</ul>" if notes else "")
 
 
 def _problem(line: dict) -> str:
@@ -111,7 +111,7 @@ def _problem(line: dict) -> str:
 def _problems(lines: list[dict]) -> str:
     found = summary.problems(lines)
     body = "".join(_problem(line) for line in found) if found else "<p>None.</p>"
-    return _section("Not passing (fail, nonfinite, error, xpass)", body)
+    return section("Not passing (fail, nonfinite, error, xpass)", body)
 
 
 def _probes(lines: list[dict]) -> str:
@@ -119,7 +119,7 @@ def _probes(lines: list[dict]) -> str:
     if not rows:
         return ""
     reproducers = "".join(f"<li><code>{escape(command)}</code></li>" for command in summary.probe_reproducers(lines))
-    return _section("Primitive probes", f"<p class='note'>{escape(markdown.PROBES_TEXT)}</p>",
+    return section("Primitive probes", f"<p class='note'>{escape(markdown.PROBES_TEXT)}</p>",
                     table(headers, rows, ("reason",)),
                     f"<p>Reproduce:</p><ul>{reproducers}</ul>" if reproducers else "")
 
@@ -130,14 +130,14 @@ def _pictures(lines: list[dict]) -> str:
         return ""
     heat = "".join(pictures.heatmap(op, direction, cells) for (op, direction), cells in maps.items())
     samples = summary.ratio_samples(lines)
-    out = _section("Worst ratio by dtype and head dim", pictures.legend(), f'<div class="heatmaps">{heat}</div>')
+    out = section("Worst ratio by dtype and head dim", pictures.legend(), f'<div class="heatmaps">{heat}</div>')
     if samples:
-        out += _section("Ratio distribution per tensor", pictures.distribution(samples))
+        out += section("Ratio distribution per tensor", pictures.distribution(samples))
     return out
 
 
 def _optional(title: str, headers, rows, mono=()) -> str:
-    return _section(title, table(headers, rows, mono)) if rows else ""
+    return section(title, table(headers, rows, mono)) if rows else ""
 
 
 def _compile(lines: list[dict]) -> str:
@@ -151,7 +151,7 @@ def _compile(lines: list[dict]) -> str:
         label = ", ".join(f"{verdict} {count}" for verdict, count in counts.items())
         blocks.append(f"<details open><summary>{escape(target)}: {escape(label)}</summary>"
                       f"{table(headers, rows, mono=('config', 'reason'))}</details>")
-    return _section("Compile-only checks", *blocks)
+    return section("Compile-only checks", *blocks)
 
 
 _HEADER_FIELDS = ("device", "backend", "triton", "torch", "harness", "time_utc")
@@ -175,26 +175,17 @@ def render(env: dict, lines: list[dict]) -> str:
     body = [_header(env, lines, title),
             _optional("Implementations", *summary.implementation_table(env, lines), mono=("implementation",)),
             _probes(lines), _problems(lines), _pictures(lines),
-            _section("Totals", table(*summary.totals_table(lines))),
+            section("Totals", table(*summary.totals_table(lines))),
             _optional("Known issues", *summary.known_issue_table(lines), mono=("example case",))]
     if summary.of_kind(lines, summary.CASE):
-        body += [_section("By operator, direction, dtype, head dim and mask", table(*summary.group_table(lines))),
+        body += [section("By operator, direction, dtype, head dim and mask", table(*summary.group_table(lines))),
                  _optional("Worst ratio per tensor", *summary.tensor_table(lines), mono=("case",))]
     body += [_compile(lines), _optional("Unsupported", *summary.unsupported_table(lines), mono=("first",)),
              _environment(env)]
-    return _page(title, body)
+    return page(title, body)
 
 
-def _page(title: str, body: list[str]) -> str:
+def page(title: str, body: list[str]) -> str:
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<style>{_CSS}</style></head><body><main>{''.join(body)}</main></body></html>\n")
-
-
-def matrix_page(matrix, sections) -> str:
-    """The triton-version matrix (`conformance.reporting.matrix`) as one HTML page."""
-    body = [f"<h1>Triton version matrix</h1><p class='note'>{escape(drift_text(matrix.drift))}</p>"]
-    for title, build in sections:
-        headers, rows = build(matrix)
-        body.append(_section(title, table(headers, rows, mono=("id", "reason")) if rows else "<p>None.</p>"))
-    return _page("Triton version matrix", body)

@@ -26,7 +26,7 @@ from collections import Counter
 
 from tabulate import tabulate
 
-from conformance import verdicts
+from conformance.judging import verdicts
 from conformance.reporting import summary
 
 # verdict -> JUnit child element of the testcase (None: passed).

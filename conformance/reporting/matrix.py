@@ -21,11 +21,11 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from conformance.reporting import diff, markdown, summary, terminal
-from conformance.results import RESULTS_FILE, read_env, read_results
+from conformance.reporting import diff, html, markdown, summary, terminal
+from conformance.running.results import RESULTS_FILE, read_env, read_results
 
-STATUS_FILE = "status.json"  # written by conformance.matrix_job beside a version's run folders
-MARKERS = {diff.REGRESSION: "▼", diff.FIXED: "▲", diff.CHANGED: "~", diff.DRIFT: "≈"}
+STATUS_FILE = "status.json"  # written by conformance.robustness.matrix_job beside a version's run folders
+MARKERS = diff.MARKERS
 _REASON_CHARS = 110
 
 
@@ -232,9 +232,7 @@ def drift_text(drift: float) -> str:
 def render(matrix: Matrix, fmt: str = "terminal") -> str:
     """The matrix as `terminal`, `markdown` or `html` text."""
     if fmt == "html":
-        from conformance.reporting.html import matrix_page
-
-        return matrix_page(matrix, SECTIONS)
+        return _html_page(matrix)
     table = markdown.table if fmt == "markdown" else terminal.grid
     heading = "## " if fmt == "markdown" else ""
     out = ["# Triton version matrix" if fmt == "markdown" else "Triton version matrix", "",
@@ -243,3 +241,11 @@ def render(matrix: Matrix, fmt: str = "terminal") -> str:
         headers, rows = build(matrix)
         out += [heading + title, "", table(headers, rows) if rows else "None.", ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _html_page(matrix: Matrix) -> str:
+    body = [f"<h1>Triton version matrix</h1><p class='note'>{html.escape(drift_text(matrix.drift))}</p>"]
+    for title, build in SECTIONS:
+        headers, rows = build(matrix)
+        body.append(html.section(title, html.table(headers, rows, mono=("id", "reason")) if rows else "<p>None.</p>"))
+    return html.page("Triton version matrix", body)

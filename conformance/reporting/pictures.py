@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 from html import escape
 
-from conformance.catalog import DTYPES
+from conformance.cases.catalog import DTYPES
 from conformance.reporting import summary
 
-# conformance.rule.BOUND (equal by a test; importing rule would load torch into every report).
+# conformance.judging.rule.BOUND (equal by a test; importing rule would load torch into every report).
 BOUND = 2.0
 # Scale ends: ratios at or beyond these get the deepest colour.
 LOW_END, HIGH_END = BOUND / 8, BOUND * 4

@@ -15,9 +15,9 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from conformance import verdicts
-from conformance.catalog import DIRECTIONS, DTYPES
-from conformance.implementations import BUNDLED_MODULE
+from conformance.cases.catalog import DIRECTIONS, DTYPES
+from conformance.judging import verdicts
+from conformance.running.implementations import BUNDLED_MODULE
 
 CASE, PROBE, COMPILE = "case", "probe", "compile"
 KINDS = (CASE, PROBE, COMPILE)
@@ -155,7 +155,7 @@ def environment_rows(env: dict) -> list[list[str]]:
 def implementation_table(env: dict, lines: list[dict]) -> tuple[list[str], list[list]]:
     """Per operator judged by something other than the bundled kernels, or declaring
     capabilities, or returning extras: what ran, what it declared (and where), and the
-    return conventions seen (conformance.returns) with their case counts."""
+    return conventions seen (conformance.judging.returns) with their case counts."""
     names = env.get("implementation") or {}
     declarations = env.get("capabilities") or {}
     conventions = defaultdict(Counter)

@@ -1,0 +1,269 @@
+"""The case catalog: what a conformance run checks, as data.
+
+A `Case` is one operator call in one direction at one dtype, head dim, mask and
+shape, with one input seed. Its `id` is stable across runs, machines and versions
+(reports, diffs and reproducers key on it) and parses back with `Case.from_id`:
+
+    flash_attention.bwd[bf16,d128,causal,B2,H8,Hkv2,Sq509,Sk1024,seed0]
+    flash_attention.fwd[fp16,d64,noncausal,B1,H2,Hkv2,Sq77,Sk133,lse,seed0]
+
+Tiers are data too: a tier (conformance/cases/tiers.py) is a list of grids (axis ->
+values) expanded here by Cartesian product, deduplicated, in first-seen order.
+Adding coverage means adding a grid line, not code.
+
+This module must not import torch: `python -m conformance list` stays instant.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import asdict, dataclass
+from typing import Mapping, Sequence
+
+from kernels.targets import FP8, HIGH_PRECISION
+
+OPS = ("flash_attention", "piecewise_attention")
+DIRECTIONS = ("fwd", "bwd")
+DTYPES = HIGH_PRECISION + FP8
+# 8-bit inputs: forward only (no backward kernel), output in fp16.
+FP8_DTYPES = FP8
+# Memory layouts of the inputs, all viewed as (batch, heads, seqlen, head_dim):
+# bhsd contiguous; bshd = (batch, seqlen, heads, head_dim) memory; packed = the
+# tensors of one sequence length are head-slices of one (batch, seqlen, heads, head_dim) buffer.
+LAYOUTS = ("bhsd", "bshd", "packed")
+
+
+@dataclass(frozen=True)
+class Feature:
+    """An optional id token after Sk: shown only when the field differs from `default`."""
+
+    field: str
+    default: object
+    pattern: str  # regex of the whole token; group 1 is the value (absent for flags)
+    convert: object = None  # str -> value; None for a boolean flag
+
+    def token(self, value) -> str | None:
+        if value == self.default:
+            return None
+        if self.convert is None:
+            return self.field
+        return self.pattern.split("(")[0] + (f"{value:g}" if isinstance(value, float) else str(value))
+
+    def parse(self, token: str):
+        match = re.fullmatch(self.pattern, token)
+        if match is None:
+            return None
+        return True if self.convert is None else self.convert(match[1])
+
+
+# In id order. Append new features at the end so existing ids never change.
+FEATURES = (
+    Feature("lse", False, r"lse"),
+    Feature("total", False, r"total"),
+    Feature("dropout", 0.0, r"dropout(0\.\d+)", float),
+    Feature("layout", "bhsd", r"(bshd|packed)", str),
+    Feature("dist", None, r"dist(\d+)", int),
+    Feature("bad_input", None, r"(nan|inf)", str),
+)
+# Values `bad_input` can plant in the first query tensor (see conformance.cases.inputs).
+BAD_INPUTS = ("nan", "inf")
+
+EXAMPLE_ID = "flash_attention.bwd[bf16,d128,causal,B2,H8,Hkv2,Sq509,Sk1024,seed0]"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One catalog entry.
+
+    lse / total: the forward also returns the log-normalizer / total attention.
+    dropout: attention dropout probability (the kernel's mask is replayed by the reference).
+    layout: memory layout of the inputs (see LAYOUTS).
+    dist: piecewise_attention's distance threshold (that op only).
+    bad_input: "nan" or "inf" planted in one query element; it must propagate as
+        it does through torch (the rule judges the other positions).
+    """
+
+    op: str
+    direction: str
+    dtype: str
+    head_dim: int
+    causal: bool
+    batch: int
+    heads: int
+    kv_heads: int
+    seq_q: int
+    seq_k: int
+    seed: int = 0
+    lse: bool = False
+    total: bool = False
+    dropout: float = 0.0
+    layout: str = "bhsd"
+    dist: int | None = None
+    bad_input: str | None = None
+
+    def __post_init__(self):
+        problem = _validation_problem(self)
+        if problem:
+            raise ValueError(f"invalid case: {problem}")
+
+    @property
+    def id(self) -> str:
+        """The stable, human-readable identity, e.g. `EXAMPLE_ID`."""
+        return self._tokens_text()
+
+    @property
+    def data_key(self) -> str:
+        """The id without its seed: together with the seed it determines the inputs,
+        so two shapes never share data while one shape's seeds stay comparable."""
+        return self._tokens_text(with_seed=False)
+
+    def _tokens_text(self, with_seed: bool = True) -> str:
+        tokens = [
+            self.dtype,
+            f"d{self.head_dim}",
+            "causal" if self.causal else "noncausal",
+            f"B{self.batch}",
+            f"H{self.heads}",
+            f"Hkv{self.kv_heads}",
+            f"Sq{self.seq_q}",
+            f"Sk{self.seq_k}",
+        ]
+        tokens += [t for t in (f.token(getattr(self, f.field)) for f in FEATURES) if t is not None]
+        if with_seed:
+            tokens.append(f"seed{self.seed}")
+        return f"{self.op}.{self.direction}[{','.join(tokens)}]"
+
+    @classmethod
+    def from_id(cls, text: str) -> "Case":
+        """Parse an id produced by `Case.id`; ValueError (one line) if malformed."""
+        try:
+            case = cls(**_parse_id(text))
+        except ValueError as exc:
+            raise ValueError(f"malformed case id {text!r}: {exc} (expected e.g. {EXAMPLE_ID})") from None
+        if case.id != text:
+            raise ValueError(f"malformed case id {text!r}: not in canonical form, which is {case.id!r}")
+        return case
+
+    def fields(self) -> dict:
+        """The case's fields as a plain dict (for results lines)."""
+        return asdict(self)
+
+    def unsupported_reason(self, profile) -> str | None:
+        """Why `profile`'s backend cannot run this case, or None if it can."""
+        return profile.unsupported_reason(self.dtype, self.head_dim)
+
+
+def _validation_problem(case: Case) -> str | None:
+    if case.op not in OPS:
+        return f"unknown op {case.op!r} (known: {', '.join(OPS)})"
+    if case.direction not in DIRECTIONS:
+        return f"direction must be one of {', '.join(DIRECTIONS)}, got {case.direction!r}"
+    if case.dtype not in DTYPES:
+        return f"dtype must be one of {', '.join(DTYPES)}, got {case.dtype!r}"
+    sizes = ("head_dim", "batch", "heads", "kv_heads", "seq_q", "seq_k")
+    for name in sizes:
+        value = getattr(case, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            return f"{name} must be a positive int, got {value!r}"
+    if not isinstance(case.seed, int) or case.seed < 0:
+        return f"seed must be a non-negative int, got {case.seed!r}"
+    if case.heads % case.kv_heads:
+        return f"kv_heads ({case.kv_heads}) must divide heads ({case.heads})"
+    if (case.lse or case.total) and case.direction != "fwd":
+        return "lse and total (extra forward outputs) are forward-only features"
+    if not isinstance(case.dropout, float) or not 0.0 <= case.dropout < 1.0:
+        return f"dropout must be a float in [0, 1), got {case.dropout!r}"
+    if case.layout not in LAYOUTS:
+        return f"layout must be one of {', '.join(LAYOUTS)}, got {case.layout!r}"
+    if (case.op == "piecewise_attention") != (case.dist is not None):
+        return "dist (distance threshold) is required by piecewise_attention and only by it"
+    if case.dist is not None and (not isinstance(case.dist, int) or case.dist < 0):
+        return f"dist must be a non-negative int, got {case.dist!r}"
+    if case.bad_input not in (None, *BAD_INPUTS):
+        return f"bad_input must be one of {', '.join(BAD_INPUTS)} or None, got {case.bad_input!r}"
+    if case.dtype in FP8_DTYPES and (case.direction != "fwd" or case.op != "flash_attention"):
+        return "fp8 dtypes are for flash_attention's forward only"
+    if case.op == "piecewise_attention" and (case.lse or case.total or case.dropout):
+        return "piecewise_attention has no lse, total or dropout"
+    return None
+
+
+_ID = re.compile(r"(?P<op>\w+)\.(?P<direction>\w+)\[(?P<body>[^\[\]]*)\]")
+
+# The fixed leading tokens of an id body: field name, token pattern, converter.
+_FIXED_TOKENS = (
+    ("dtype", r"(\w+)", str),
+    ("head_dim", r"d(\d+)", int),
+    ("causal", r"(causal|noncausal)", lambda word: word == "causal"),
+    ("batch", r"B(\d+)", int),
+    ("heads", r"H(\d+)", int),
+    ("kv_heads", r"Hkv(\d+)", int),
+    ("seq_q", r"Sq(\d+)", int),
+    ("seq_k", r"Sk(\d+)", int),
+)
+_SEED = re.compile(r"seed(\d+)")
+
+
+def _parse_id(text: str) -> dict:
+    match = _ID.fullmatch(text.strip()) if isinstance(text, str) else None
+    if not match:
+        raise ValueError("expected op.direction[tokens]")
+    tokens = match["body"].split(",")
+    if len(tokens) < len(_FIXED_TOKENS) + 1:
+        raise ValueError(f"expected at least {len(_FIXED_TOKENS) + 1} comma-separated tokens, got {len(tokens)}")
+    fields = {"op": match["op"], "direction": match["direction"]}
+    for (name, pattern, convert), token in zip(_FIXED_TOKENS, tokens):
+        token_match = re.fullmatch(pattern, token)
+        if not token_match:
+            raise ValueError(f"token {token!r} is not a valid {name}")
+        fields[name] = convert(token_match[1])
+    *feature_tokens, seed_token = tokens[len(_FIXED_TOKENS):]
+    for token in feature_tokens:
+        parsed = [(f.field, f.parse(token)) for f in FEATURES if f.parse(token) is not None]
+        if not parsed:
+            known = ", ".join(f.pattern.replace("\\", "") for f in FEATURES)
+            raise ValueError(f"unknown feature token {token!r} (known: {known})")
+        fields.update(parsed)
+    seed_match = _SEED.fullmatch(seed_token)
+    if not seed_match:
+        raise ValueError(f"last token must be seedN, got {seed_token!r}")
+    fields["seed"] = int(seed_match[1])
+    return fields
+
+
+# ---------------------------------------------------------------------------
+# Grids (the tiers' own grids are in conformance.cases.tiers)
+#
+# A grid maps axis -> values. Axes are Case fields, except "shape", whose values
+# are (batch, heads, kv_heads, seq_q, seq_k) tuples. Omitted axes take
+# GRID_DEFAULTS.
+
+Grid = Mapping[str, Sequence]
+GRID_DEFAULTS: Grid = {"op": ("flash_attention",), "seed": (0,), **{f.field: (f.default,) for f in FEATURES}}
+# Case fields of a grid's "shape" tuples, in order.
+SHAPE_FIELDS = ("batch", "heads", "kv_heads", "seq_q", "seq_k")
+_GRID_AXES = frozenset(GRID_DEFAULTS) | {"direction", "dtype", "head_dim", "causal", "shape"}
+
+
+def expand_grid(grid: Grid) -> list[Case]:
+    """All cases of one grid, in product order (last axis varies fastest)."""
+    unknown = set(grid) - _GRID_AXES
+    if unknown:
+        raise ValueError(f"unknown grid axes {sorted(unknown)}; known: {sorted(_GRID_AXES)}")
+    axes = {**GRID_DEFAULTS, **grid}
+    expanded = []
+    for combination in itertools.product(*axes.values()):
+        values = dict(zip(axes, combination))
+        values.update(zip(SHAPE_FIELDS, values.pop("shape")))
+        expanded.append(Case(**values))
+    return expanded
+
+
+def expand_tier(grids: Sequence[Grid]) -> list[Case]:
+    """Cases of all grids, duplicates dropped, in first-seen order."""
+    unique = {}
+    for grid in grids:
+        for case in expand_grid(grid):
+            unique.setdefault(case.id, case)
+    return list(unique.values())

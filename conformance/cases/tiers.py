@@ -1,0 +1,176 @@
+"""The catalog's tiers: named lists of grids (see `conformance.cases.catalog.expand_grid`).
+
+    smoke     Triton's CPU interpreter in CI: tiny shapes, every feature once
+    standard  the GPU default
+    full      standard plus long sequences
+
+`cases(name)` expands a tier.
+"""
+
+from __future__ import annotations
+
+from conformance.cases.catalog import BAD_INPUTS, FP8_DTYPES, Case, Grid, expand_tier
+
+BOTH_DIRECTIONS = ("fwd", "bwd")
+HALF_DTYPES = ("fp16", "bf16")
+CAUSAL_BOTH = (False, True)
+
+# Smoke: Triton's CPU interpreter on a 2-core CI machine. Tiny shapes; 128 = two
+# 64-wide interpreter blocks each way, so causal diagonals cross block borders.
+# Every feature of every operator appears at least once.
+SMOKE: tuple[Grid, ...] = (
+    # every direction x half dtype x mask, at a small and a large-ish head dim
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(16, 64), causal=CAUSAL_BOTH,
+         shape=[(1, 2, 2, 128, 128)]),
+    # ragged: Sq != Sk with partial last blocks; Sq > Sk causal leaves rows with no key
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(64,), causal=CAUSAL_BOTH,
+         shape=[(1, 2, 2, 77, 133), (1, 2, 2, 130, 61)]),
+    # GQA 4:1 with batch 2 (batch and head strides)
+    dict(direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(32,), causal=(True,),
+         shape=[(2, 4, 1, 96, 96)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp32",), head_dim=(16,), causal=(False,),
+         shape=[(1, 2, 2, 128, 128)]),
+    # log-sum-exp and total attention outputs, including empty rows
+    dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(64,), causal=(True,), lse=(True,),
+         shape=[(1, 2, 2, 130, 61)]),
+    dict(direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=CAUSAL_BOTH, lse=(True,), total=(True,),
+         shape=[(1, 2, 1, 70, 100)]),
+    # total attention of batch 2: each batch must read its own log-normalizers
+    dict(direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(False,), total=(True,),
+         shape=[(2, 2, 1, 40, 72)]),
+    # dropout, its mask replayed by the reference
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(32,), causal=(True,), dropout=(0.2,),
+         shape=[(1, 2, 1, 96, 128)]),
+    # non-power-of-two and the largest head dims
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(96,), causal=(True,), shape=[(1, 2, 2, 80, 80)]),
+    dict(direction=("fwd",), dtype=("bf16",), head_dim=(256,), causal=(False,), shape=[(1, 1, 1, 64, 64)]),
+    # strided inputs: (B, S, H, D) memory and head-slices of one packed buffer
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(32,), causal=(True,),
+         layout=("bshd", "packed"), shape=[(1, 4, 2, 64, 64)]),
+    # decode-like: one query, one key
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(64,), causal=CAUSAL_BOTH,
+         shape=[(2, 2, 1, 1, 100), (1, 2, 2, 50, 1)]),
+    # piecewise_attention: near band q1.k1, far q2.k2; fp32, MQA decode, a padded head dim
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(32,),
+         causal=CAUSAL_BOTH, dist=(24,), shape=[(1, 2, 1, 77, 100)]),
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=("fp32",), head_dim=(16,),
+         causal=(True,), dist=(24,), shape=[(1, 2, 2, 77, 100)]),
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(96,),
+         causal=(False,), dist=(8,), shape=[(2, 2, 1, 1, 100)]),
+    # a NaN or Inf input must propagate (to the positions it reaches in torch) and never crash
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(32,), causal=CAUSAL_BOTH,
+         bad_input=BAD_INPUTS, shape=[(1, 2, 1, 64, 96)]),
+    dict(direction=("fwd",), dtype=("bf16",), head_dim=(32,), causal=(True,), lse=(True,), total=(True,),
+         bad_input=("nan",), shape=[(1, 2, 1, 64, 96)]),
+    dict(op=("piecewise_attention",), direction=("bwd",), dtype=("bf16",), head_dim=(32,), causal=(True,),
+         dist=(16,), bad_input=("inf",), shape=[(1, 2, 1, 64, 96)]),
+    # fp8 needs fp8 tensor cores: `unsupported` on the interpreter, judged on sm_89+
+    dict(direction=("fwd",), dtype=FP8_DTYPES, head_dim=(32,), causal=(True,), shape=[(1, 2, 1, 77, 100)]),
+)
+
+# Standard: the GPU default. Ragged lengths (509, 1000), GQA, Sq != Sk both ways
+# (Sq > Sk causal has empty rows) and a single-query decode shape.
+STANDARD_SHAPES = [
+    (2, 8, 8, 128, 128),
+    (1, 8, 8, 509, 509),
+    (2, 4, 2, 1000, 1000),
+    (1, 8, 2, 509, 1024),
+    (1, 4, 4, 1024, 509),
+    (1, 16, 16, 2048, 2048),
+    (2, 8, 1, 1, 1000),  # MQA decode
+]
+FEATURE_SHAPES = [(1, 8, 2, 509, 1024), (2, 4, 4, 1000, 1000)]
+STANDARD: tuple[Grid, ...] = (
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(16, 32, 64, 128), causal=CAUSAL_BOTH,
+         shape=STANDARD_SHAPES),
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp32",), head_dim=(64, 128), causal=CAUSAL_BOTH,
+         shape=[(2, 8, 8, 128, 128), (1, 8, 2, 509, 1024)]),
+    dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH, lse=(True,),
+         shape=[(1, 8, 2, 509, 1024), (1, 4, 4, 1024, 509)]),
+    # few queries, many keys: the row sum runs over hundreds of key blocks, where
+    # fp32 accumulation error in the log-normalizer shows
+    dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH, lse=(True,),
+         shape=[(1, 4, 4, 256, 16384)]),
+    # the larger and non-power-of-two head dims
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(96, 192, 256), causal=CAUSAL_BOTH,
+         shape=[(1, 8, 2, 509, 1024), (2, 4, 4, 1000, 1000)]),
+    dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH, total=(True,),
+         shape=FEATURE_SHAPES),
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH,
+         dropout=(0.1, 0.5), shape=FEATURE_SHAPES),
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64,), causal=CAUSAL_BOTH,
+         layout=("bshd", "packed"), shape=[(2, 8, 2, 509, 509), (1, 8, 8, 1000, 1000)]),
+    # decode with a single key, and batch x heads above the 65,535 grid-axis limit
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64,), causal=CAUSAL_BOTH,
+         shape=[(2, 8, 2, 64, 1)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(16,), causal=(False,),
+         shape=[(35, 2048, 2048, 16, 16)]),
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64, 128),
+         causal=CAUSAL_BOTH, dist=(128,), shape=FEATURE_SHAPES),
+    # piecewise_attention over the rest of flash_attention's axes: fp32, every other head
+    # dim, MQA decode, Sq > Sk (empty causal rows), strided layouts
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=("fp32",), head_dim=(64,),
+         causal=CAUSAL_BOTH, dist=(128,), shape=[(1, 8, 2, 509, 1024)]),
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES,
+         head_dim=(16, 32, 96, 192, 256), causal=(True,), dist=(64,), shape=[(1, 8, 2, 509, 1024)]),
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64,),
+         causal=CAUSAL_BOTH, dist=(128,), shape=[(2, 8, 1, 1, 1000), (1, 4, 4, 1024, 509)]),
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(64,),
+         causal=(True,), dist=(128,), layout=("bshd", "packed"), shape=[(2, 8, 2, 509, 509)]),
+    # fp8 forward (sm_89+): every head dim class (16 is padded to fp8's 32-wide MMA), decode
+    dict(direction=("fwd",), dtype=FP8_DTYPES, head_dim=(16, 64, 128, 256), causal=CAUSAL_BOTH,
+         shape=[(2, 8, 8, 128, 128), (1, 8, 2, 509, 1024), (1, 4, 4, 1024, 509), (2, 8, 1, 1, 1000)]),
+    dict(direction=("fwd",), dtype=FP8_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH, lse=(True,),
+         shape=[(1, 8, 2, 509, 1024)]),
+    # NaN / Inf inputs: propagated as torch propagates them, judged elsewhere by the rule
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64,), causal=CAUSAL_BOTH,
+         bad_input=BAD_INPUTS, shape=[(1, 8, 2, 509, 1024)]),
+    dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(128,), causal=CAUSAL_BOTH, lse=(True,), total=(True,),
+         bad_input=BAD_INPUTS, shape=[(1, 4, 4, 1024, 509)]),
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(64,),
+         causal=(True,), dist=(128,), bad_input=BAD_INPUTS, shape=[(1, 8, 2, 509, 1024)]),
+)
+
+# Long sequences, where the reference must be chunked and accumulation errors grow.
+LONG: tuple[Grid, ...] = (
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH,
+         shape=[(1, 16, 16, seq, seq) for seq in (8192, 32768)]),
+    dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH, lse=(True,),
+         shape=[(1, 16, 16, seq, seq) for seq in (8192, 32768)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(128,), causal=CAUSAL_BOTH, dropout=(0.1,),
+         shape=[(1, 16, 16, 16384, 16384)]),
+    dict(direction=("fwd",), dtype=("bf16",), head_dim=(128,), causal=CAUSAL_BOTH, total=(True,),
+         shape=[(1, 16, 16, 32768, 32768)]),
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(128,),
+         causal=CAUSAL_BOTH, dist=(4096,), shape=[(1, 16, 16, 32768, 32768)]),
+    dict(direction=("fwd",), dtype=FP8_DTYPES, head_dim=(128,), causal=CAUSAL_BOTH, lse=(True,),
+         shape=[(1, 16, 16, 32768, 32768)]),
+)
+
+TIERS: dict[str, tuple[Grid, ...]] = {
+    "smoke": SMOKE,
+    "standard": STANDARD,
+    "full": STANDARD + LONG,
+}
+
+
+def cases(tier: str) -> list[Case]:
+    """The cases of a named tier (see `TIERS`); ValueError for an unknown name."""
+    if tier not in TIERS:
+        raise ValueError(f"unknown tier {tier!r}; known tiers: {', '.join(TIERS)}")
+    return expand_tier(TIERS[tier])
+
+
+def resolve_tier(tier: str, profile) -> str:
+    """`auto` means the profile's default tier; any other name is returned as is."""
+    return profile.default_tier if tier == "auto" else tier
+
+
+def select(tier: str, case_ids, profile) -> tuple[str, list[Case]]:
+    """What a run checks: the given case ids if any (tier ignored), else the tier's
+    cases. Returns (label for env.json, cases); ValueError on a bad tier or id."""
+    if case_ids:
+        selected = [Case.from_id(case_id) for case_id in case_ids]
+        return "cases", list({case.id: case for case in selected}.values())
+    name = resolve_tier(tier, profile)
+    return name, cases(name)

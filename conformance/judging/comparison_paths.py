@@ -1,0 +1,83 @@
+"""What a case's kernel tensors are compared with: the reference, the torch paths, and
+what the rule needs to know about them.
+
+For every case the runner needs, by tensor name:
+
+* the fp32 reference (`reference.REFERENCE`, float64 arithmetic);
+* the same-precision torch path (`reference.MATCHED`), twice, in two summation orders
+  (see below); the rule takes the larger of their two errors as torch_err;
+* for a NaN/Inf input case, the region each tensor's bad value must reach
+  (`conformance.judging.bad_inputs`; everything else is computed from a finite stand-in);
+* the operator's term sizes and, for gradients, the noise that rounding the stored
+  output puts on them through delta, for the rule's floor (`conformance.judging.rule.floor`).
+
+Why two summation orders
+------------------------
+A same-precision result's rounding error is one draw: the rounding of its sums in
+the order one implementation happens to use. On small problems -- a few keys, a few
+rows -- that draw can come out nearly exact, and a correct kernel is then "more than
+twice as wrong" by luck (reports/flake-cpu/findings.md: fp32 out with few keys,
+fp32 dq of one-key rows, lse). A second torch path that sums the head dimension in
+reverse (q, k, v and dO reversed along D; the results with a head dimension
+reversed back) is exactly the same computation with other roundings; taking the
+worse of the two draws estimates the torch path's error level instead of its luck.
+Where the rounding does not depend on that order (the final rounding of an fp16
+output), both draws agree and nothing changes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from reference import MATCHED, REFERENCE
+
+from conformance.judging import bad_inputs
+from conformance.cases.catalog import Case
+from conformance.cases.inputs import Inputs
+from conformance.judging.operators import Operator
+
+
+class ComparisonPaths(NamedTuple):
+    reference: dict
+    torch_paths: dict       # name -> (in the natural order, with the head dim reversed)
+    bad_input_regions: dict
+    term_sizes: dict
+    gradient_noise: object  # reference.GradientNoise of a backward case, else None
+
+
+def comparison_paths(case: Case, op: Operator, inputs: Inputs, replay) -> ComparisonPaths:
+    """The reference and both torch paths of `case` (see the module doc); `replay` is the
+    kernel's dropout replay or None."""
+    dropout = replay.as_reference() if replay is not None else None
+    tensors, regions = inputs.detached(), {}
+    if case.bad_input is not None:
+        tensors = bad_inputs.replaced(case, inputs.tensors, bad_inputs.CLEAN_VALUE)
+        probe = bad_inputs.replaced(case, inputs.tensors, bad_inputs.PROBE_VALUE)
+        regions = bad_inputs.regions(case, op.torch_path(case, tensors, inputs.do, REFERENCE, dropout),
+                                     op.torch_path(case, probe, inputs.do, REFERENCE, dropout))
+    reference = op.torch_path(case, tensors, inputs.do, REFERENCE, dropout)
+    if replay is not None:
+        replay.counting = False  # the keep rate is counted over one precision's passes
+    natural = op.torch_path(case, tensors, inputs.do, MATCHED, dropout)
+    reversed_d = _with_head_dim_reversed(op, case, tensors, inputs.do, dropout)
+    paths = {name: (natural[name], reversed_d[name]) for name in natural}
+    noise = op.delta_noise(case, tensors, inputs.do, dropout) if case.direction == "bwd" else None
+    return ComparisonPaths(reference, paths, regions, op.term_sizes(case, tensors), noise)
+
+
+def _with_head_dim_reversed(op: Operator, case: Case, tensors: dict, do, dropout) -> dict:
+    """MATCHED on inputs reversed along the head dim, its results put back in order.
+
+    Results with a head dim are the 4-D ones (out and the input gradients: B, H, S, D);
+    lse (B, H, Sq) and total (B, H, Sk) have none and need no reversal."""
+    flipped = {name: reverse_head_dim(t) for name, t in tensors.items()}
+    result = op.torch_path(case, flipped, None if do is None else reverse_head_dim(do), MATCHED, dropout)
+    return {name: reverse_head_dim(t) if t.dim() == 4 else t for name, t in result.items()}
+
+
+def reverse_head_dim(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` reversed along its last dim (a copy; fp8, which torch cannot flip, as bytes)."""
+    if tensor.element_size() == 1:
+        return tensor.view(torch.uint8).flip(-1).view(tensor.dtype)
+    return tensor.flip(-1)

@@ -1,0 +1,180 @@
+"""The operators the harness judges, described declaratively (in the spirit of
+PyTorch's OpInfo): their inputs, how to call an implementation, how to name its
+forward outputs, and how the reference paths compute the same tensors.
+
+The runner is generic over these descriptions: adding an operator means adding
+an `Operator` here and grids to the catalog, not new branches in the runner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from conformance.cases.catalog import Case
+from conformance.cases.inputs import dropout_seed
+from conformance.judging import returns
+from conformance.judging.returns import Returned
+
+# Reference paths of one case: (case, detached inputs, do or None, precision, dropout replay) -> tensors
+TorchPath = Callable[[Case, dict, "torch.Tensor | None", object, object], dict]
+
+
+@dataclass(frozen=True)
+class Operator:
+    """How to exercise one operator.
+
+    inputs:   input name -> "q" (batch, heads, seq_q, head_dim) or "kv" (batch, kv_heads, seq_k, head_dim)
+    call:     (implementation, case, inputs by name, seed_offset) -> whatever it returns;
+              seed_offset: ask for the dropout RNG state (conformance.judging.dropout's seed/offset protocol)
+    outputs:  (case, that return value, seed_offset) -> conformance.judging.returns.Returned (tensors by
+              name, the return convention seen, the RNG state)
+    torch_path: the reference / same-precision tensors of a case (forward outputs or gradients)
+    term_sizes: (case, detached inputs) -> {tensor name: size of the terms it is computed
+              from}, for tensors whose fp32 rounding is set by terms larger than the result
+              itself (see `conformance.judging.rule.floor`); tensors not named use their own size
+    delta_noise: (case, detached inputs, do, dropout replay) -> reference.GradientNoise: per
+              gradient name, the size of the noise that rounding the stored output O, and
+              the fp32 accumulator's rounding of dP and delta, put on it through dS, for
+              backward cases (`reference.delta_noise`; see `conformance.judging.rule.floor`)
+    """
+
+    name: str
+    inputs: dict
+    call: Callable
+    outputs: Callable
+    torch_path: TorchPath
+    term_sizes: Callable[[Case, dict], dict] = lambda case, inputs: {}
+    delta_noise: Callable = lambda case, inputs, do, dropout: None
+
+    def gradient_names(self) -> list[str]:
+        return [f"d{name}" for name in self.inputs]
+
+
+# --------------------------------------------------------------------------- flash_attention
+
+def _flash_extras(case: Case, seed_offset: bool) -> dict:
+    """Keyword arguments beyond (q, k, v, causal) that a case needs; omitted when
+    unused so implementations without those features still run the other cases.
+    Dropout: a seed the kernel's mask replays from, or (seed_offset) a request for the
+    RNG state the kernel drew (conformance.judging.dropout)."""
+    extras = {}
+    if case.lse:
+        extras["return_log_normalizer"] = True
+    if case.total:
+        extras["return_total_attention"] = True
+    if case.dropout and seed_offset:
+        extras.update(dropout_p=case.dropout, return_seed_offset=True)
+    elif case.dropout:
+        extras.update(dropout_p=case.dropout, dropout_seed=dropout_seed(case))
+    return extras
+
+
+def _flash_call(function, case: Case, inputs: dict, seed_offset: bool = False):
+    return function(inputs["q"], inputs["k"], inputs["v"], causal=case.causal, **_flash_extras(case, seed_offset))
+
+
+def _flash_output_names(case: Case) -> list[str]:
+    return ["out"] + [name for name, wanted in (("lse", case.lse), ("total", case.total)) if wanted]
+
+
+def _flash_outputs(case: Case, result, seed_offset: bool = False) -> Returned:
+    """`out` alone, or a tuple of the requested extras in either convention (conformance.judging.returns)."""
+    return returns.parse(result, _flash_output_names(case), seed_offset=bool(seed_offset and case.dropout))
+
+
+def _flash_torch_path(case: Case, inputs: dict, do, precision, dropout) -> dict:
+    from reference import attention_backward, attention_forward
+
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    options = dict(causal=case.causal, precision=precision)
+    if dropout is not None:
+        options["dropout"] = dropout
+    if case.direction == "fwd":
+        total_option = {"return_total": True} if case.total else {}
+        out, lse, *total = attention_forward(q, k, v, **options, **total_option)
+        tensors = {"out": out, "lse": lse, "total": total[0] if total else None}
+        return {name: tensors[name] for name in _flash_output_names(case)}
+    out, lse = attention_forward(q, k, v, **options)
+    dq, dk, dv = attention_backward(q, k, v, out, do, lse, **options)
+    return {"dq": dq, "dk": dk, "dv": dv}
+
+
+def score_size(q: torch.Tensor, k: torch.Tensor) -> float:
+    """scale * max_i |q_i| * max_j |k_j| (2-norms over the head dim, scale = D^-1/2): by
+    Cauchy-Schwarz at least every |scaled score| and every scaled sum of |q_d * k_d|,
+    i.e. the size at which fp32 rounds the score dot products. Non-finite rows are
+    ignored (NaN/Inf cases measure the clean stand-ins anyway)."""
+    def largest_norm(x: torch.Tensor) -> float:
+        norms = x.detach().to(torch.float64).norm(dim=-1)
+        norms = norms[torch.isfinite(norms)]
+        return float(norms.max()) if norms.numel() else 0.0
+    return q.shape[-1] ** -0.5 * largest_norm(q) * largest_norm(k)
+
+
+def _flash_term_sizes(case: Case, inputs: dict) -> dict:
+    """lse and total are built from exp(scaled score): they carry the scores' rounding."""
+    scores = score_size(inputs["q"], inputs["k"])
+    return {"lse": scores, "total": scores}
+
+
+def _flash_delta_noise(case: Case, inputs: dict, do, dropout):
+    from reference import REFERENCE, attention_delta_noise, attention_forward
+
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    options = {"dropout": dropout} if dropout is not None else {}
+    out, lse = attention_forward(q, k, v, causal=case.causal, precision=REFERENCE, **options)
+    keep_scale = dropout.keep_scale if dropout is not None else 1.0
+    return attention_delta_noise(q, k, v, out, do, lse, causal=case.causal, keep_scale=keep_scale)
+
+
+FLASH_ATTENTION = Operator(
+    name="flash_attention",
+    inputs={"q": "q", "k": "kv", "v": "kv"},
+    call=_flash_call,
+    outputs=_flash_outputs,
+    torch_path=_flash_torch_path,
+    term_sizes=_flash_term_sizes,
+    delta_noise=_flash_delta_noise,
+)
+
+
+# --------------------------------------------------------------------------- piecewise_attention
+
+def _piecewise_call(function, case: Case, inputs: dict, seed_offset: bool = False):
+    return function(inputs["q1"], inputs["k1"], inputs["q2"], inputs["k2"], inputs["v"], case.dist,
+                    causal=case.causal)
+
+
+def _piecewise_torch_path(case: Case, inputs: dict, do, precision, dropout) -> dict:
+    from reference import piecewise_backward, piecewise_forward
+
+    args = [inputs[name] for name in ("q1", "k1", "q2", "k2", "v")]
+    options = dict(causal=case.causal, precision=precision)
+    out, lse = piecewise_forward(*args, case.dist, **options)
+    if case.direction == "fwd":
+        return {"out": out}
+    grads = piecewise_backward(*args, out, do, lse, case.dist, **options)
+    return dict(zip(("dq1", "dk1", "dq2", "dk2", "dv"), grads))
+
+
+def _piecewise_delta_noise(case: Case, inputs: dict, do, dropout):
+    from reference import REFERENCE, piecewise_delta_noise, piecewise_forward
+
+    args = [inputs[name] for name in ("q1", "k1", "q2", "k2", "v")]
+    out, lse = piecewise_forward(*args, case.dist, causal=case.causal, precision=REFERENCE)
+    return piecewise_delta_noise(*args, out, do, lse, case.dist, causal=case.causal)
+
+
+PIECEWISE_ATTENTION = Operator(
+    name="piecewise_attention",
+    inputs={"q1": "q", "k1": "kv", "q2": "q", "k2": "kv", "v": "kv"},
+    call=_piecewise_call,
+    outputs=lambda case, result, seed_offset=False: returns.parse(result, ["out"]),
+    torch_path=_piecewise_torch_path,
+    delta_noise=_piecewise_delta_noise,
+)
+
+OPERATORS = {op.name: op for op in (FLASH_ATTENTION, PIECEWISE_ATTENTION)}

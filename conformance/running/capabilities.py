@@ -1,0 +1,226 @@
+"""What an implementation under test says it supports: its declared capabilities.
+
+A kernel judged with `--kernel` may support less than the catalog varies (FlagAttention's
+flash kernel takes head dims 16/32/64/128 only; its piecewise kernel has no GQA). Cases
+outside its declaration are `unsupported` with the declared reason and nothing is
+launched, so a qualification run reports findings, not noise. An implementation that
+declares nothing is assumed to support everything.
+
+A declaration is a mapping of the keys below, given either as the attribute
+`capabilities` of the operator function (a dict, or a `Capabilities`), or in a TOML file
+passed with `--capabilities FILE`, one table per operator:
+
+    [flash_attention]
+    dtypes = ["fp16", "bf16"]
+    head_dims = [16, 32, 64, 128]
+    reason = "FlagAttention's kernel asserts these"        # why, for every key
+    [flash_attention.reasons]
+    dropout = "no replayable mask"                          # why, for one key
+
+A file's table wins over the attribute. Unknown keys and malformed values are errors that
+name the key (the command line turns them into a usage error, exit 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from conformance.cases.catalog import BAD_INPUTS, DIRECTIONS, DTYPES, LAYOUTS, OPS, Case
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+ALIGNMENTS = ("bottom_right", "top_left")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """One implementation's declaration; every field's default admits every case.
+
+    dtypes, head_dims, directions, layouts, bad_inputs: the values it takes (None: any)
+    causal, noncausal:  which mask modes it computes
+    causal_alignment:   "bottom_right" (key j visible to query i iff j <= i + Sk - Sq, the
+                        operator's definition) or "top_left" (j <= i): the two agree only
+                        when Sq == Sk, so a top-left kernel's causal Sq != Sk cases are unsupported
+    gqa, mqa:           1 < kv_heads < heads / kv_heads == 1 < heads (mqa defaults to gqa)
+    unequal_lengths:    Sq != Sk
+    empty_rows:         causal rows that see no key (Sq > Sk): output 0, no gradient
+    dropout, lse, total: the optional features
+    max_seq_q, max_seq_k, max_batch_heads: size limits (None: none)
+    """
+
+    dtypes: tuple | None = None
+    head_dims: tuple | None = None
+    directions: tuple | None = None
+    layouts: tuple | None = None
+    bad_inputs: tuple | None = None
+    causal: bool = True
+    noncausal: bool = True
+    causal_alignment: str = "bottom_right"
+    gqa: bool = True
+    mqa: bool | None = None
+    unequal_lengths: bool = True
+    empty_rows: bool = True
+    dropout: bool = True
+    lse: bool = True
+    total: bool = True
+    max_seq_q: int | None = None
+    max_seq_k: int | None = None
+    max_batch_heads: int | None = None
+    reason: str = ""
+    reasons: dict = field(default_factory=dict)
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        """Why this declaration excludes `case` (the first key that does), or None."""
+        for key, problem in _problems(self, case):
+            if problem:
+                why = self.reasons.get(key) or self.reason
+                return f"declared capabilities: {problem}" + (f" ({why})" if why else "")
+        return None
+
+    def declared(self) -> dict:
+        """The keys given (not defaulted), JSON-ready, for env.json and the report."""
+        declared = {}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if value != item.default and not (item.name == "reasons" and not value):
+                declared[item.name] = list(value) if isinstance(value, tuple) else value
+        return declared
+
+
+def _problems(caps: Capabilities, case: Case):
+    """(key, problem or None) for every key, in the order the report names them."""
+    mqa = caps.gqa if caps.mqa is None else caps.mqa
+    batch_heads = case.batch * case.heads
+    yield "dtypes", _not_in("dtype", case.dtype, caps.dtypes)
+    yield "head_dims", _not_in("head dim", case.head_dim, caps.head_dims)
+    yield "directions", _not_in("direction", case.direction, caps.directions)
+    yield "layouts", _not_in("layout", case.layout, caps.layouts)
+    yield "bad_inputs", case.bad_input and _not_in("NaN/Inf input", case.bad_input, caps.bad_inputs)
+    yield "causal", case.causal and not caps.causal and "no causal mask"
+    yield "noncausal", not case.causal and not caps.noncausal and "causal only"
+    yield "causal_alignment", (case.causal and case.seq_q != case.seq_k and caps.causal_alignment != "bottom_right"
+                               and f"causal mask aligned {caps.causal_alignment}, the operator's is bottom-right "
+                                   f"(they differ when Sq != Sk)")
+    yield "gqa", 1 < case.kv_heads < case.heads and not caps.gqa and "no grouped-query attention (kv_heads < heads)"
+    yield "mqa", case.kv_heads == 1 < case.heads and not mqa and "no multi-query attention (kv_heads == 1)"
+    yield "unequal_lengths", case.seq_q != case.seq_k and not caps.unequal_lengths and "Sq != Sk not supported"
+    yield "empty_rows", (case.causal and case.seq_q > case.seq_k and not caps.empty_rows
+                         and "causal rows that see no key (Sq > Sk) not supported")
+    yield "dropout", case.dropout and not caps.dropout and "no dropout"
+    yield "lse", case.lse and not caps.lse and "no log-normalizer output"
+    yield "total", case.total and not caps.total and "no total-attention output"
+    yield "max_seq_q", _over("Sq", case.seq_q, caps.max_seq_q)
+    yield "max_seq_k", _over("Sk", case.seq_k, caps.max_seq_k)
+    yield "max_batch_heads", _over("batch*heads", batch_heads, caps.max_batch_heads)
+
+
+def _not_in(what: str, value, allowed) -> str | None:
+    if allowed is None or value in allowed:
+        return None
+    return f"{what} {value} not in [{', '.join(str(item) for item in allowed)}]"
+
+
+def _over(what: str, value: int, limit: int | None) -> str | None:
+    return None if limit is None or value <= limit else f"{what} {value} > {limit}"
+
+
+# --------------------------------------------------------------------------- parsing
+
+_CHOICES = {"dtypes": DTYPES, "directions": DIRECTIONS, "layouts": LAYOUTS, "bad_inputs": BAD_INPUTS}
+_BOOLS = ("causal", "noncausal", "gqa", "mqa", "unequal_lengths", "empty_rows", "dropout", "lse", "total")
+_LIMITS = ("max_seq_q", "max_seq_k", "max_batch_heads")
+KEYS = tuple(item.name for item in fields(Capabilities))
+
+
+def from_mapping(mapping, where: str) -> Capabilities:
+    """A declaration from a dict (attribute or TOML table); ValueError naming `where` and the key."""
+    if isinstance(mapping, Capabilities):
+        return mapping
+    if not isinstance(mapping, dict):
+        raise ValueError(f"{where}: expected a table of capabilities, got {type(mapping).__name__}")
+    unknown = sorted(set(mapping) - set(KEYS))
+    if unknown:
+        raise ValueError(f"{where}: unknown capability {unknown[0]!r} (known: {', '.join(KEYS)})")
+    values = {key: _value(key, value, where) for key, value in mapping.items()}
+    unknown_reasons = sorted(set(values.get("reasons", {})) - set(KEYS))
+    if unknown_reasons:
+        raise ValueError(f"{where}: reasons.{unknown_reasons[0]}: not a capability (known: {', '.join(KEYS)})")
+    return Capabilities(**values)
+
+
+def _value(key: str, value, where: str):
+    label = f"{where}: {key}"
+    if key in _CHOICES:
+        return _choice_list(label, value, _CHOICES[key])
+    if key == "head_dims":
+        if not _is_list_of(value, int) or any(item < 1 for item in value):
+            raise ValueError(f"{label}: expected a list of positive ints, got {value!r}")
+        return tuple(value)
+    if key in _BOOLS:
+        if not isinstance(value, bool):
+            raise ValueError(f"{label}: expected true or false, got {value!r}")
+        return value
+    if key in _LIMITS:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{label}: expected a positive int, got {value!r}")
+        return value
+    if key == "causal_alignment":
+        if value not in ALIGNMENTS:
+            raise ValueError(f"{label}: expected one of {', '.join(ALIGNMENTS)}, got {value!r}")
+        return value
+    if key == "reason":
+        if not isinstance(value, str):
+            raise ValueError(f"{label}: expected a string, got {value!r}")
+        return value
+    if not isinstance(value, dict) or not all(isinstance(text, str) for text in value.values()):
+        raise ValueError(f"{label}: expected a table of capability = \"why\" strings, got {value!r}")
+    return dict(value)
+
+
+def _is_list_of(value, kind) -> bool:
+    return (isinstance(value, (list, tuple)) and bool(value)
+            and all(isinstance(item, kind) and not isinstance(item, bool) for item in value))
+
+
+def _choice_list(label: str, value, choices) -> tuple:
+    if not _is_list_of(value, str):
+        raise ValueError(f"{label}: expected a non-empty list of strings, got {value!r}")
+    unknown = [item for item in value if item not in choices]
+    if unknown:
+        raise ValueError(f"{label}: unknown value {unknown[0]!r} (known: {', '.join(choices)})")
+    return tuple(value)
+
+
+def load_file(path: str) -> dict[str, Capabilities]:
+    """op -> declaration from a `--capabilities` TOML file; ValueError names the file and key."""
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML: {exc}") from None
+    unknown = sorted(set(document) - set(OPS))
+    if unknown:
+        raise ValueError(f"{path}: unknown operator table [{unknown[0]}] (known: {', '.join(OPS)})")
+    return {op: from_mapping(table, f"{path}: [{op}]") for op, table in document.items()}
+
+
+def of_function(function, where: str) -> Capabilities | None:
+    """The declaration an operator function carries as its `capabilities` attribute, or None.
+    A callable attribute is asked for it (so a declaration may depend on the device)."""
+    declared = getattr(function, "capabilities", None)
+    if declared is None:
+        return None
+    if callable(declared) and not isinstance(declared, Capabilities):
+        declared = declared()
+    return from_mapping(declared, f"{where}.capabilities")
+
+
+class NotSupported(Exception):
+    """Raised by a built-in peer adapter (conformance.peers) before it launches anything,
+    when the peer refuses the case; the runner records `unsupported` with this reason.
+    Other implementations declare what they support instead (a raise is an `error`)."""

@@ -1,0 +1,386 @@
+"""The pytest plugin: catalog cases as test items, one results line per case.
+
+Registered by the repository's root conftest.py (and passed with `-p` by the CLI).
+
+* `pytest_configure` activates the backend profile first -- before anything can
+  import the kernels (the interpreter needs TRITON_INTERPRET=1 set early).
+* `conformance/suite.py`, when collected, becomes one `CaseItem` per selected case.
+* An item runs its case -- in this process, or with isolation (the default on
+  GPUs) in a worker process that turns a crash or a hang into an `error` line
+  (conformance.running.isolation) -- and attaches the results line to `item.user_properties`;
+  the verdict becomes the pytest outcome (pass; fail/nonfinite/error/xpass ->
+  failed; unsupported -> skipped; xfail -> xfailed).
+* The process that receives `pytest_runtest_logreport` (the only process, or the
+  pytest-xdist controller) appends the line to results.jsonl. A case whose item
+  died without a line (a harness bug, a crashed xdist worker) is recorded as
+  `error` there, so every selected case that ran leaves a line.
+* `pytest_terminal_summary` prints the table and writes summary.md.
+* `--conformance-resume DIR` continues a run folder with its recorded selection,
+  skipping the cases it holds (conformance.running.selection); under pytest-xdist each
+  worker is pinned to a GPU of its own (conformance.running.devices).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conformance import backends
+from conformance.cases.catalog import Case
+from conformance.cases.distributions import parse_optional
+from conformance.running.selection import recorded_ids, recorded_lines, resumed_env, resumed_selection, selected_cases
+from conformance.cases.tiers import TIERS
+from conformance.judging import verdicts
+from conformance.judging.verdicts import error_fields
+from conformance.probing.attribution import with_backend_fault
+from conformance.probing.probe_runs import run_probes
+from conformance.probing.probes import is_probe_line
+from conformance.reporting.report import format_ratio, render_run
+from conformance.running.devices import pin_xdist_worker, record_device
+from conformance.running.environment import command_line, fingerprint
+from conformance.running.implementations import Implementations, reproduce_command
+from conformance.running.isolation import DEFAULT_TIMEOUT_S, IsolatedRunner
+from conformance.running.results import ResultsWriter, default_run_dir, from_json, to_json
+from conformance.running.run_options import SELECTION_ARGUMENTS
+from conformance.running.runner import base_line, distribution_args, run_case
+
+SUITE_PATH = Path(__file__).resolve().parent.parent / "suite.py"
+RESULT_PROPERTY = "conformance_result"
+
+
+@dataclass
+class ConformanceState:
+    """Per-process settings of a conformance session, kept in `config.stash`."""
+
+    profile: backends.BackendProfile
+    implementations: Implementations
+    backend_option: str | None
+    tier: str
+    cases: list[Case]
+    out_dir: Path | None
+    recorded: set = field(default_factory=set)
+    writer: ResultsWriter | None = None
+    selection: dict = field(default_factory=dict)  # conformance.running.selection; recorded in env.json
+    resuming: bool = False
+    run_options: dict = field(default_factory=dict)  # run_case's check_determinism, distribution
+    isolate: bool = False
+    timeout_s: float = DEFAULT_TIMEOUT_S["cpu"]
+    device_index: int | None = None  # the GPU this xdist worker is pinned to
+    isolated: IsolatedRunner | None = None
+
+    def reproduce(self, case: Case) -> str:
+        return reproduce_command(case.id, self.backend_option, self.implementations,
+                                 distribution_args(self.run_options.get("distribution")))
+
+    def error_line(self, case: Case, reason: str, traceback: str = "") -> dict:
+        """A results line for a case that produced none of its own."""
+        line = base_line(case, self.profile.key, self.implementations.name(case.op), self.reproduce(case))
+        line.update(verdict=verdicts.ERROR, rule_verdict=verdicts.ERROR, reason=reason, traceback=traceback)
+        if self.run_options.get("distribution") is not None:
+            line["distribution"] = self.run_options["distribution"].spec
+        return line
+
+    def run(self, case: Case) -> dict:
+        """The case's results line, computed in this process or in an isolated worker."""
+        if not self.isolate:
+            line = run_case(case, self.profile, self.implementations, backend_option=self.backend_option,
+                            **self.run_options)
+            return record_device(line, self.profile.device)
+        if self.isolated is None:
+            self.isolated = IsolatedRunner(self.worker_config(), self.timeout_s, self.error_line)
+        return self.isolated.run(case)
+
+    def worker_config(self) -> dict:
+        """What an isolated worker needs to run cases as this process would (conformance.running.worker)."""
+        return {"backend": self.profile.key, "backend_option": self.backend_option,
+                "kernels": list(self.selection.get("kernels") or []), "device_index": self.device_index,
+                "capabilities": self.selection.get("capabilities"),
+                "dropout_masks": list(self.selection.get("dropout_masks") or []),
+                "check_determinism": self.run_options.get("check_determinism", False),
+                "distribution": self.selection.get("distribution")}
+
+    def run_dir(self) -> Path:
+        if self.out_dir is None:
+            self.out_dir = default_run_dir(self.profile.key)
+        return self.out_dir
+
+
+_STATE = pytest.StashKey[ConformanceState]()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("conformance", "FlashAttention conformance harness")
+    group.addoption("--conformance-tier", default="auto",
+                    help=f"catalog tier to run: {', '.join(TIERS)} or auto (the backend's default)")
+    group.addoption("--conformance-case", action="append", default=[], metavar="ID",
+                    help="run this case id (repeatable; replaces the tier)")
+    group.addoption("--conformance-out", default=None, metavar="DIR",
+                    help="run folder for results.jsonl, env.json, summary.md "
+                         "(default reports/runs/<time>-<backend>)")
+    group.addoption("--conformance-backend", default=None, metavar="KEY",
+                    help="backend profile, e.g. interpreter or cuda:sm_90 (default: detected)")
+    group.addoption("--conformance-kernel", action="append", default=[], metavar="OP=MOD:FN",
+                    help="judge this implementation of OP instead of the bundled kernel")
+    group.addoption("--conformance-op", action="append", default=[], metavar="OP",
+                    help="only this operator's cases (repeatable)")
+    group.addoption("--conformance-capabilities", default=None, metavar="FILE",
+                    help="TOML file declaring what the judged implementations support")
+    group.addoption("--conformance-dropout-mask", action="append", default=[], metavar="[OP=]MOD:FN",
+                    help="recompute the keep mask of a kernel that returns (seed, offset)")
+    group.addoption("--conformance-seeds", type=int, default=None, metavar="N",
+                    help="run every selected case under seeds 0..N-1")
+    group.addoption("--conformance-distribution", default=None, metavar="SPEC",
+                    help="input value distribution, e.g. logits:1e4 (conformance/cases/distributions.py)")
+    group.addoption("--conformance-resume", default=None, metavar="DIR",
+                    help="continue the run in DIR with its own selection: skip recorded cases, append the rest")
+    group.addoption("--conformance-isolate", choices=list(_SWITCH), default="auto",
+                    help="run cases in a worker process that may crash or hang (auto: on for GPUs)")
+    group.addoption("--conformance-case-timeout", type=float, default=None, metavar="S",
+                    help="per-case time limit of isolated runs (default: 300 on GPUs, 600 on the CPU)")
+    group.addoption("--conformance-determinism", choices=list(_SWITCH), default="auto",
+                    help="launch every forward twice, fail it if the bits differ (auto: on for GPUs)")
+
+
+_SWITCH = {"on": True, "off": False, "auto": None}  # auto: on for GPU profiles
+# selection key (conformance.running.selection) -> pytest option dest, e.g. "conformance_tier"
+_SELECTION_OPTIONS = {key: option.removeprefix("--").replace("-", "_")
+                      for key, (_, option) in SELECTION_ARGUMENTS.items()}
+
+
+def _selection_from_options(config) -> dict:
+    given = {key: config.getoption(option) for key, option in _SELECTION_OPTIONS.items()}
+    resume = config.getoption("conformance_resume")
+    try:
+        return resumed_selection(resume, given) if resume else given
+    except ValueError as exc:
+        raise pytest.UsageError(f"conformance: {exc}") from None
+
+
+def _switch(config, option: str, gpu: bool) -> bool:
+    value = _SWITCH[config.getoption(option)]
+    return gpu if value is None else value
+
+
+def _state_from_options(config, selection: dict, device_index: int | None = None) -> ConformanceState:
+    try:
+        profile = backends.activate(selection["backend"])
+        implementations = Implementations.from_selection(selection)
+        distribution = parse_optional(selection["distribution"])
+        tier, cases = selected_cases(selection, profile)
+    except ValueError as exc:
+        raise pytest.UsageError(f"conformance: {exc}") from None
+    resume = config.getoption("conformance_resume")
+    out = resume or config.getoption("conformance_out")
+    recorded = recorded_ids(resume) if resume else set()
+    gpu = profile.device == "cuda"
+    return ConformanceState(
+        profile, implementations, selection["backend"], tier, [case for case in cases if case.id not in recorded],
+        Path(out) if out else None, recorded=recorded, selection=selection, resuming=bool(resume),
+        run_options=dict(check_determinism=_switch(config, "conformance_determinism", gpu), distribution=distribution),
+        isolate=_switch(config, "conformance_isolate", gpu), device_index=device_index,
+        timeout_s=config.getoption("conformance_case_timeout")
+        or DEFAULT_TIMEOUT_S.get(profile.device, DEFAULT_TIMEOUT_S["cpu"]))
+
+
+def pytest_configure(config):
+    selection = _selection_from_options(config)
+    worker_id = getattr(config, "workerinput", {}).get("workerid")
+    # before anything touches CUDA: backend detection reads the current device
+    device_index = pin_xdist_worker(worker_id, selection["backend"], backends.interpreter_requested())
+    config.stash[_STATE] = _state_from_options(config, selection, device_index)
+    config.addinivalue_line("markers", "conformance: a conformance catalog case")
+    if not hasattr(config, "workerinput"):  # xdist workers only run items
+        config.pluginmanager.register(ResultsRecorder(config.stash[_STATE]), "conformance-recorder")
+
+
+def pytest_unconfigure(config):
+    state = config.stash.get(_STATE, None)
+    if state is not None and state.isolated is not None:
+        state.isolated.close()
+
+
+def is_suite_path(path) -> bool:
+    """conformance/suite.py of this or any other checkout/installation of the harness."""
+    path = Path(path)
+    return path.name == SUITE_PATH.name and path.parent.name == SUITE_PATH.parent.name
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path, parent):
+    if is_suite_path(module_path):
+        return CatalogFile.from_parent(parent, path=Path(module_path))
+    return None
+
+
+class CatalogFile(pytest.File):
+    """conformance/suite.py, collected as the session's selected cases."""
+
+    def collect(self):
+        for case in self.config.stash[_STATE].cases:
+            yield CaseItem.from_parent(self, name=case.id, case=case)
+
+
+class CaseNotPassing(Exception):
+    """Raised by a CaseItem whose verdict fails the run; its text is the report."""
+
+
+class CaseItem(pytest.Item):
+    """One catalog case as a test item."""
+
+    def __init__(self, *, case: Case, **kwargs):
+        super().__init__(**kwargs)
+        self.case = case
+        self.add_marker("conformance")
+
+    def runtest(self):
+        state = self.config.stash[_STATE]
+        try:
+            line = state.run(self.case)
+        except Exception as exc:  # a harness bug: still leave a line for this case
+            fields = error_fields(exc, prefix="harness: ")
+            self.user_properties.append((RESULT_PROPERTY, to_json(state.error_line(self.case, **fields))))
+            raise
+        self.user_properties.append((RESULT_PROPERTY, to_json(line)))
+        _raise_for_verdict(line)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, CaseNotPassing):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        # Not the bare id: pytest would rewrite its "." to "::" in verbose lines,
+        # printing the id wrongly (it only does that when the nodeid ends with it).
+        return self.path, None, f"case {self.case.id}"
+
+
+def _raise_for_verdict(line: dict) -> None:
+    verdict = line["verdict"]
+    if verdict == verdicts.PASS:
+        return
+    if verdict == verdicts.UNSUPPORTED:
+        pytest.skip(line["reason"])
+    if verdict == verdicts.XFAIL:
+        issue = line["known_issue"]
+        pytest.xfail(f"known issue {issue['id']}: {issue['description']} ({line['reason']})")
+    raise CaseNotPassing(failure_message(line))
+
+
+def failure_message(line: dict) -> str:
+    """The concise text of a non-passing case: verdict, reason, ratios, reproducer."""
+    parts = [f"{line['verdict']}: {line['reason']}"]
+    for tensor in line.get("tensors", []):
+        parts.append(f"  {tensor['name']:>3}: ratio {format_ratio(tensor['ratio'])} (kernel_err "
+                     f"{tensor['kernel_err']:.3e}, torch_err {tensor['torch_err']:.3e}, floor {tensor['floor']:.3e})")
+    if line.get("traceback"):
+        parts.append(line["traceback"])
+    parts.append(f"reproduce: {line['reproduce']}")
+    return "\n".join(parts)
+
+
+def result_line(report) -> dict | None:
+    """The results line a report carries, if any."""
+    for name, value in getattr(report, "user_properties", ()):
+        if name == RESULT_PROPERTY:
+            return from_json(value)
+    return None
+
+
+def case_of_nodeid(nodeid: str) -> Case | None:
+    """The case a conformance node id names (`.../suite.py::<case id>`), else None."""
+    path, separator, name = nodeid.rpartition("::")
+    if not separator or Path(path).name != SUITE_PATH.name:
+        return None
+    try:
+        return Case.from_id(name)
+    except ValueError:
+        return None
+
+
+_TEST_STATUS = {
+    verdicts.PASS: ("passed", ".", {"green": True}),
+    verdicts.FAIL: ("failed", "F", {"red": True}),
+    verdicts.NONFINITE: ("failed", "N", {"red": True}),
+    verdicts.ERROR: ("failed", "E", {"red": True}),
+    verdicts.XPASS: ("failed", "X", {"red": True}),
+    verdicts.XFAIL: ("xfailed", "x", {"yellow": True}),
+    verdicts.UNSUPPORTED: ("skipped", "s", {"yellow": True}),
+}
+
+
+def pytest_report_teststatus(report, config):
+    """Verdict words (with the worst ratio) in verbose progress."""
+    if report.when != "call":
+        return None
+    line = result_line(report)
+    if line is None:
+        return None
+    category, letter, markup = _TEST_STATUS[line["verdict"]]
+    word = line["verdict"]
+    if line.get("worst_ratio") is not None:
+        word += f" {format_ratio(line['worst_ratio'])}"
+    return category, letter, (word, markup)
+
+
+class ResultsRecorder:
+    """Writes results lines and the final report; lives in the reporting process only."""
+
+    def __init__(self, state: ConformanceState):
+        self.state = state
+        self.probe_lines: list[dict] = []
+
+    def _record(self, line: dict) -> None:
+        state = self.state
+        if state.writer is None:
+            env = fingerprint(state.profile, tier=state.tier, implementations=state.implementations.describe(),
+                              command=command_line())
+            env["selection"] = state.selection
+            declarations = state.implementations.declarations()
+            if declarations:
+                env["capabilities"] = declarations
+            if state.resuming:
+                env = resumed_env(state.run_dir(), env)
+            state.writer = ResultsWriter(state.run_dir(), env, append=state.resuming)
+            self._record_probes()
+        state.writer.append(with_backend_fault(line, self.probe_lines))
+        state.recorded.add(line["case"])
+
+    def _record_probes(self) -> None:
+        """The primitive probes, run here (the reporting process) and written before any case;
+        a resumed run keeps those its folder already holds."""
+        if self.state.resuming:
+            self.probe_lines = [line for line in recorded_lines(self.state.run_dir()) if is_probe_line(line)]
+            if self.probe_lines:
+                return
+        self.probe_lines = run_probes(self.state.profile, backend_option=self.state.backend_option)
+        for probe_line in self.probe_lines:
+            self.state.writer.append(probe_line)
+
+    def pytest_runtest_logreport(self, report):
+        line = result_line(report) or self._line_for_lost_case(report)
+        if line is not None and line["case"] not in self.state.recorded:
+            self._record(line)
+
+    def _line_for_lost_case(self, report) -> dict | None:
+        """An error line for a conformance item that failed without producing a line."""
+        case = case_of_nodeid(report.nodeid)
+        if case is None or report.passed or report.when not in ("setup", "call", "???"):
+            return None
+        last_line = (report.longreprtext.strip().splitlines() or [""])[-1]
+        if report.when == "???":  # pytest-xdist's report for a worker that died mid-case
+            reason = f"process crashed: {last_line}"
+        else:
+            reason = f"no result ({report.when} failed): {last_line}"
+        return self.state.error_line(case, reason, report.longreprtext[-4000:])
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.state.writer is None:
+            return
+        terminalreporter.write_sep("=", "conformance summary")
+        terminalreporter.write(render_run(self.state.run_dir()))
+
+    def pytest_unconfigure(self, config):
+        if self.state.writer is not None:
+            self.state.writer.close()

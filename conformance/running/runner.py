@@ -1,0 +1,279 @@
+"""Run one case end to end and return its results line (a JSON-able dict).
+
+    catalog entry -> backend profile (supported?) -> seeded inputs -> kernel under
+    test, fp32 reference, same-precision torch paths -> errors per tensor ->
+    verdict -> known issue? -> one results line
+
+Verdicts are decided in this order: `unsupported` (the profile's reason; nothing
+is launched), `error` (the kernel raised or broke its output contract), then
+`nonfinite`, then `fail`/`pass` by the rule; a matching known issue finally turns
+a failing verdict into `xfail` and a pass into `xpass`.
+
+Nothing big outlives a case: tensors are locals of the functions below, and
+tracebacks are rendered to text before their frames (which hold tensors) go.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from reference import MATCHED
+
+from conformance.cases.catalog import Case
+from conformance.cases.distributions import Distribution
+from conformance.cases.inputs import DTYPE_NAMES, TORCH_DTYPES, Inputs, make_inputs
+from conformance.judging import determinism, verdicts
+from conformance.judging.comparison_paths import comparison_paths
+from conformance.judging.dropout import dropout_replay, seed_rng_for_call
+from conformance.judging.operators import OPERATORS, Operator
+from conformance.judging.returns import CONTRACT_PREFIX, Returned
+from conformance.judging.rule import BOUND, compare_tensor
+from conformance.judging.verdicts import error_fields
+from conformance.reporting import summary
+from conformance.robustness import known_issues
+from conformance.running.capabilities import NotSupported
+from conformance.running.environment import triton_version
+from conformance.running.implementations import Implementations, reproduce_command
+
+
+
+class KernelFailure(Exception):
+    """The implementation under test raised."""
+
+
+class OutputContract(Exception):
+    """The implementation returned something the operator's contract does not allow
+    (conformance.judging.returns): neither return convention, or a non-tensor output."""
+
+
+
+
+def base_line(case: Case, backend_key: str, implementation: str, reproduce: str) -> dict:
+    """The fields every results line has, before the case has run."""
+    return {
+        "case": case.id,
+        **case.fields(),
+        "verdict": None,
+        "rule_verdict": None,
+        "reason": "",
+        "tensors": [],
+        "worst_ratio": None,
+        "implementation": implementation,
+        "backend": backend_key,
+        "known_issue": None,
+        "duration_s": None,
+        "reproduce": reproduce,
+    }
+
+
+def run_case(case: Case, profile, implementations: Implementations, *,
+             backend_option: str | None = None, registry=None, check_determinism: bool = False,
+             distribution: Distribution | None = None) -> dict:
+    """Run `case` on `profile`'s device with the chosen implementation; one results line.
+
+    backend_option: the --backend the user gave (repeated in the reproduce command).
+    registry: known-issue entries (default: the bundled known_issues.toml).
+    check_determinism: launch a forward twice; the line gets `deterministic` (conformance.judging.determinism).
+    distribution: reshape the input values (conformance.cases.distributions); the line gets `distribution`.
+    """
+    started = time.perf_counter()
+    implementation = implementations.name(case.op)
+    line = base_line(case, profile.key, implementation,
+                     reproduce_command(case.id, backend_option, implementations, distribution_args(distribution)))
+    if distribution is not None:
+        line["distribution"] = distribution.spec
+    unsupported = case.unsupported_reason(profile) or _undeclared(case, implementations)
+    if unsupported:
+        line.update(verdict=verdicts.UNSUPPORTED, rule_verdict=verdicts.UNSUPPORTED, reason=unsupported)
+    else:
+        line.update(_judge(case, profile.device, implementations, check_determinism, distribution))
+    if line["rule_verdict"] == verdicts.UNSUPPORTED:
+        line["verdict"] = verdicts.UNSUPPORTED
+    else:
+        issue = known_issues.match(case, profile, triton_version(), implementation, registry)
+        line["verdict"] = known_issues.apply_known_issue(line["rule_verdict"], issue)
+        if issue is not None:
+            line["known_issue"] = issue.record()
+        if line["verdict"] == verdicts.XPASS:
+            line["reason"] = f"known issue {issue.id} no longer fails: remove its registry entry"
+    _release_memory(profile.device)
+    line["duration_s"] = round(time.perf_counter() - started, 4)
+    return line
+
+
+def _undeclared(case: Case, implementations: Implementations) -> str | None:
+    """Why the implementation's declared capabilities exclude `case`, or None. A declaration
+    that cannot be read was a usage error already; here it leaves the case to run (and err)."""
+    try:
+        declaration, _ = implementations.capabilities(case.op)
+    except Exception:
+        return None
+    return declaration.unsupported_reason(case) if declaration is not None else None
+
+
+def distribution_args(distribution: Distribution | None) -> list[str]:
+    """The command-line words that select `distribution` again (none for the default)."""
+    return [] if distribution is None else ["--distribution", distribution.spec]
+
+
+def _judge(case: Case, device: str, implementations: Implementations, check_determinism: bool = False,
+           distribution: Distribution | None = None) -> dict:
+    """rule_verdict, reason, tensors and worst_ratio (plus traceback on error, `deterministic` if checked)."""
+    op = OPERATORS[case.op]
+    inputs = make_inputs(case, device, op.inputs, distribution)
+    check_determinism = check_determinism and case.direction == "fwd"
+    try:
+        function = implementations.resolve(case.op)
+        mask_function = implementations.dropout_mask(case.op)
+    except Exception as exc:  # the user's --kernel module does not import
+        return {"rule_verdict": verdicts.ERROR, **error_fields(exc, prefix="importing the implementation: ")}
+    launch = _Launch(case, op, inputs, function, implementations, device, seed_offset=mask_function is not None)
+    try:
+        returned = launch.run()
+        kernel = returned.tensors
+        if check_determinism:
+            kernel = determinism.snapshot(kernel)
+            differing = determinism.differing_tensors(kernel, launch.run().tensors)
+        replay = dropout_replay(case, function, returned.seed_offset, mask_function)
+    except NotSupported as refusal:  # a built-in peer adapter refused before launching
+        return {"rule_verdict": verdicts.UNSUPPORTED, "reason": str(refusal)}
+    except OutputContract as violation:
+        return {"rule_verdict": verdicts.ERROR, "reason": f"{CONTRACT_PREFIX}{violation}"}
+    except KernelFailure as failure:
+        return {"rule_verdict": verdicts.ERROR, **error_fields(failure.__cause__ or failure)}
+    except TypeError as exc:  # no way to replay its dropout mask
+        return {"rule_verdict": verdicts.ERROR, **error_fields(exc)}
+    convention = {"return_convention": returned.convention} if returned.convention else {}
+    paths = comparison_paths(case, op, inputs, replay)
+    contract_problem = _contract_problem(case, kernel, paths.reference)
+    if contract_problem:
+        return {"rule_verdict": verdicts.ERROR, "reason": f"{CONTRACT_PREFIX}{contract_problem}", **convention}
+    noise = paths.gradient_noise
+    tensors = [compare_tensor(name, kernel[name], paths.torch_paths[name], ref, expected_dtype(case, name),
+                              bad_input=paths.bad_input_regions.get(name), term_size=paths.term_sizes.get(name, 0.0),
+                              delta_noise=noise.stored_output.get(name, 0.0) if noise else 0.0,
+                              accumulator_noise=noise.accumulator.get(name, 0.0) if noise else 0.0)
+               for name, ref in paths.reference.items()]
+    verdict, reason = _rule_verdict(tensors)
+    extra = {"dropout_keep_rate": replay.keep_rate()} if replay is not None else {}
+    if replay is not None and verdict == verdicts.PASS and replay.rate_problem():
+        verdict, reason = verdicts.FAIL, replay.rate_problem()
+    if check_determinism:
+        verdict, reason = determinism.verdict_after_check(verdict, reason, differing)
+        extra["deterministic"] = not differing
+    return {"rule_verdict": verdict, "reason": reason, "tensors": tensors,
+            "worst_ratio": worst_ratio(tensors), **convention, **extra}
+
+
+@dataclass
+class _Launch:
+    """One call of the implementation on a case's inputs, repeatable (determinism check)."""
+
+    case: Case
+    op: Operator
+    inputs: Inputs
+    function: object
+    implementations: Implementations
+    device: str
+    seed_offset: bool = False  # the kernel owns its dropout RNG (conformance.judging.dropout)
+
+    def run(self) -> Returned:
+        """Forward outputs (fwd) or input gradients (bwd) by name; KernelFailure if it raised."""
+        case, op = self.case, self.op
+        try:
+            with self.implementations.launch_context(case.op):
+                if self.seed_offset and case.dropout:
+                    seed_rng_for_call(case)
+                if case.direction == "fwd":
+                    with torch.no_grad():
+                        returned = self._returned(self._call())
+                else:
+                    returned = self._returned(self._call())
+                    out = returned.tensors["out"]
+                    if not isinstance(out, torch.Tensor):
+                        raise OutputContract(f"expected the output tensor, got {type(out).__name__}")
+                    grads = torch.autograd.grad(out, list(self.inputs.tensors.values()), self.inputs.do)
+                    returned.tensors = dict(zip(op.gradient_names(), grads))
+                _synchronize(self.device)  # asynchronous launch failures belong to the kernel
+        except NotSupported as refusal:
+            if not self.implementations.is_builtin_adapter(case.op):
+                raise KernelFailure(str(refusal)) from refusal
+            raise
+        except OutputContract:
+            raise
+        except Exception as exc:
+            raise KernelFailure(str(exc)) from exc
+        return returned
+
+    def _call(self):
+        return self.op.call(self.function, self.case, self.inputs.tensors, self.seed_offset)
+
+    def _returned(self, result) -> Returned:
+        try:
+            return self.op.outputs(self.case, result, self.seed_offset)
+        except TypeError as exc:  # conformance.judging.returns says what was expected and what came
+            raise OutputContract(str(exc)) from None
+
+
+def expected_dtype(case: Case, name: str) -> str:
+    """The dtype a tensor must come back in (and whose rounding the rule's floor allows):
+    lse and total are fp32 statistics; the rest are what the same-precision torch path
+    returns for the case's inputs (the input dtype; fp16 for fp8 inputs)."""
+    if name in ("lse", "total"):
+        return "fp32"
+    return DTYPE_NAMES[MATCHED.output_dtype_for(TORCH_DTYPES[case.dtype])]
+
+
+def _contract_problem(case: Case, kernel: dict, reference: dict) -> str | None:
+    """Why the kernel's tensors cannot be judged (wrong type/shape/dtype/device), or None."""
+    for name, ref in reference.items():
+        actual = kernel.get(name)
+        if not isinstance(actual, torch.Tensor):
+            return f"{name} is {type(actual).__name__}, expected a tensor"
+        if actual.shape != ref.shape:
+            return f"{name} has shape {tuple(actual.shape)}, expected {tuple(ref.shape)}"
+        dtype = DTYPE_NAMES.get(actual.dtype, str(actual.dtype))
+        if dtype != expected_dtype(case, name):
+            return f"{name} has dtype {dtype}, expected {expected_dtype(case, name)}"
+        if actual.device.type != ref.device.type:
+            return f"{name} is on {actual.device}, expected {ref.device.type}"
+    return None
+
+
+def _rule_verdict(tensors: list[dict]) -> tuple[str, str]:
+    nonfinite = [t for t in tensors if t["nonfinite"]]
+    if nonfinite:
+        return verdicts.NONFINITE, "; ".join(
+            f"{t['name']}: {t['nonfinite']} non-finite values where the reference is finite" for t in nonfinite)
+    swallowed = [t for t in tensors if t.get("unpropagated")]
+    if swallowed:
+        return verdicts.FAIL, "; ".join(
+            f"{t['name']}: {t['unpropagated']} finite values where the NaN/Inf input must show "
+            "(it was not propagated)" for t in swallowed)
+    failed = [t for t in tensors if not t["passed"]]
+    if failed:
+        return verdicts.FAIL, "; ".join(
+            f"{t['name']} ratio {t['ratio']:.3g} > {BOUND:g} (kernel_err {t['kernel_err']:.3g}, "
+            f"torch_err {t['torch_err']:.3g}, floor {t['floor']:.3g})" for t in failed)
+    return verdicts.PASS, ""
+
+
+def worst_ratio(tensors: list[dict]) -> float | None:
+    """The largest ratio of a case's tensors (NaN counts as worst); None if none was judged."""
+    return summary.worst(tensor["ratio"] for tensor in tensors)
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _release_memory(device: str) -> None:
+    if device == "cuda":
+        try:
+            torch.cuda.empty_cache()
+        except Exception:  # a sticky CUDA error (illegal address): the case's line already says what
+            pass  # the kernel did, and an isolated worker is replaced after its health check
+

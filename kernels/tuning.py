@@ -1,0 +1,216 @@
+"""Launch configurations of the bundled kernels, per target: the kernels' own tuning.
+
+One table set per target family, picked by what triton reports about the device
+(kernels.targets): tile shapes, warps, stages and backend knobs for every kernel
+role, by head dim and (where fp32 tiles need smaller blocks) by dtype.  A test
+harness may read these tables (e.g. to compile every configuration for a target
+without its GPU); it does not own them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kernels.targets import Target, current_target
+
+# The kernels a launch table set covers (the piecewise kernels have tables of their own).
+KERNELS = ("fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq", "total")
+
+# Compiler options only some Triton backends take: a launch passes one only where
+# its table sets it (triton rejects options its backend does not know).
+BACKEND_KNOBS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Tile shape and scheduling knobs of one kernel launch.
+
+    waves_per_eu, matrix_instr_nonkdim, kpack: options of Triton's AMD backend
+    (occupancy hint, MFMA instruction shape, operand packing); None = not passed.
+    """
+
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 1
+    waves_per_eu: int | None = None
+    matrix_instr_nonkdim: int | None = None
+    kpack: int | None = None
+
+    def options(self) -> dict:
+        """The compiler options a launch passes: warps, stages and every knob that is set."""
+        knobs = {name: getattr(self, name) for name in BACKEND_KNOBS if getattr(self, name) is not None}
+        return {"num_warps": self.num_warps, "num_stages": self.num_stages, **knobs}
+
+    def as_dict(self) -> dict:
+        """Tile sizes and options, unset knobs left out."""
+        return {"block_m": self.block_m, "block_n": self.block_n, **self.options()}
+
+
+@dataclass(frozen=True)
+class LaunchTable:
+    """Launch configs of one kernel, chosen by head dim: the first row whose
+    `max_head_dim` is >= the (padded) head dim wins."""
+
+    rows: tuple[tuple[int, LaunchConfig], ...]
+
+    def pick(self, head_dim: int) -> LaunchConfig:
+        for max_head_dim, config in self.rows:
+            if head_dim <= max_head_dim:
+                return config
+        raise ValueError(f"no launch config for head_dim={head_dim}")
+
+
+def table(*rows: tuple[int, LaunchConfig]) -> LaunchTable:
+    return LaunchTable(tuple(rows))
+
+
+def map_tables(tables: dict[str, LaunchTable], change) -> dict[str, LaunchTable]:
+    """Every config of every table passed through `change(config) -> config`."""
+    return {name: LaunchTable(tuple((bound, change(config)) for bound, config in tab.rows))
+            for name, tab in tables.items()}
+
+
+# Ampere and newer NVIDIA GPUs. Tiles follow the Triton fused-attention tutorial's
+# proven shapes; D=128 needs 8 warps to keep the fp32 accumulators in registers.
+# D=256 (and 192, padded to 256) halves the key tile so K/V stages fit the 99 KB of
+# shared memory a block gets on sm_86/sm_89 (sm_80: 163 KB, sm_90: 227 KB).
+CUDA_LAUNCH = {
+    "fwd": table(
+        (64, LaunchConfig(128, 64, num_warps=4, num_stages=3)),
+        (128, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
+        (256, LaunchConfig(64, 32, num_warps=8, num_stages=2)),
+    ),
+    # delta = rowsum(dO * O) holds two [BLOCK_M, D] fp32 tiles: fewer rows as D grows
+    # keep them in registers (128 rows at D = 256 spilled 2.7-6.7 KB, triton 3.2-3.9).
+    "bwd_preprocess": table(
+        (64, LaunchConfig(128, 64, num_warps=4, num_stages=1)),
+        (128, LaunchConfig(64, 64, num_warps=4, num_stages=1)),
+        (256, LaunchConfig(32, 64, num_warps=4, num_stages=1)),
+    ),
+    "bwd_dkdv": table(
+        (64, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
+        (128, LaunchConfig(64, 64, num_warps=8, num_stages=2)),
+        (256, LaunchConfig(32, 32, num_warps=8, num_stages=1)),
+    ),
+    "bwd_dq": table(
+        (64, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
+        (128, LaunchConfig(64, 64, num_warps=8, num_stages=2)),
+        (256, LaunchConfig(32, 32, num_warps=8, num_stages=1)),
+    ),
+    "total": table(
+        (64, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
+        (128, LaunchConfig(64, 64, num_warps=8, num_stages=2)),
+        (256, LaunchConfig(32, 64, num_warps=8, num_stages=1)),
+    ),
+    # fp32 tiles are twice as large: smaller blocks keep them within the 99 KB of
+    # shared memory that sm_86/sm_89 offer a block (sm_80/sm_90 have more).  fp32
+    # ("ieee") dots run on FMA units, not tensor cores; with 4 warps the forward
+    # spilled 0.8-1.1 KB at D = 64 and the kernels 1.6-54 KB at D = 128 (ptxas,
+    # sm_80/sm_90, triton 3.9); 8 warps and 16-row or 16-key tiles keep them in registers.
+    "fwd.fp32": table(
+        (64, LaunchConfig(64, 32, num_warps=8, num_stages=2)),
+        (256, LaunchConfig(16, 32, num_warps=8, num_stages=1)),
+    ),
+    "bwd_dkdv.fp32": table(
+        (64, LaunchConfig(32, 32, num_warps=4, num_stages=1)),
+        (128, LaunchConfig(32, 16, num_warps=8, num_stages=1)),
+        (256, LaunchConfig(16, 32, num_warps=8, num_stages=1)),
+    ),
+    "bwd_dq.fp32": table(
+        (64, LaunchConfig(32, 32, num_warps=4, num_stages=1)),
+        (128, LaunchConfig(32, 32, num_warps=8, num_stages=1)),
+        (256, LaunchConfig(32, 16, num_warps=8, num_stages=1)),
+    ),
+    "total.fp32": table(
+        (128, LaunchConfig(32, 32, num_warps=4, num_stages=1)),
+        (256, LaunchConfig(16, 32, num_warps=8, num_stages=1)),
+    ),
+    # piecewise kernels hold two score tiles (near and far) per block: tiles chosen
+    # for zero register spills on sm_90 (compile probe, triton 3.9), all within the
+    # ~99 KB of shared memory sm_86/sm_89 allow.
+    "piecewise_fwd": table((64, LaunchConfig(128, 64, 8, 3)), (128, LaunchConfig(64, 32, 8, 2)),
+                           (256, LaunchConfig(32, 32, 8, 2))),
+    "piecewise_bwd_dkdv": table((64, LaunchConfig(32, 32, 4, 2)), (128, LaunchConfig(32, 64, 8, 2)),
+                                (256, LaunchConfig(16, 32, 8, 1))),
+    "piecewise_bwd_dq": table((64, LaunchConfig(64, 32, 4, 2)), (128, LaunchConfig(32, 64, 8, 2)),
+                              (256, LaunchConfig(32, 16, 8, 1))),
+    "piecewise_fwd.fp32": table((64, LaunchConfig(64, 32, 8, 2)), (128, LaunchConfig(32, 32, 8, 2)),
+                                (256, LaunchConfig(16, 16, 4, 1))),
+    "piecewise_bwd_dkdv.fp32": table((64, LaunchConfig(16, 32, 4, 1)), (128, LaunchConfig(16, 32, 4, 1)),
+                                     (256, LaunchConfig(16, 16, 8, 1))),
+    "piecewise_bwd_dq.fp32": table((64, LaunchConfig(32, 32, 8, 1)), (128, LaunchConfig(32, 16, 4, 1)),
+                                   (256, LaunchConfig(16, 16, 8, 1))),
+}
+
+def _hip_tile(config: LaunchConfig) -> LaunchConfig:
+    """A CUDA tile made for AMD: 4 wavefronts (256 threads, the most that still leave
+    each thread all 512 VGPRs of a CDNA SIMD) and one stage (the triton attention
+    tutorial's only HIP stage count, least LDS)."""
+    return replace(config, num_warps=4, num_stages=1)
+
+
+# Untuned on hardware (no AMD card here); chosen from compile-only measurements
+# (gfx942, triton 3.9, causal + dropout): the CUDA tiles with 4 wavefronts compile
+# without spills except the three overridden below (dkdv fp32 D=256: 132 B per
+# thread; piecewise dkdv fp16 D=128/256: 524/28 B), whose smaller tiles also keep
+# triton 3.2's LDS within 64 KiB on gfx90a (16x32 fp32 dkdv took 80 KiB there).
+# 8 wavefronts halve the VGPRs a thread may have (256) and spilled in 19 of 48
+# configurations; waves_per_eu=2 (which also caps them at 256) spilled in 31 of 48
+# with 2 wavefronts.  The tutorial's waves_per_eu=2 is kept on the forward up to
+# D=64 (at most 214 VGPRs there, so the hint only pins 2 waves per SIMD); at D=128
+# it spilled 48 B on gfx90a, and the tutorial's 3 (168 VGPRs) spills at D=64.
+def _tile(block_m: int, block_n: int, waves_per_eu: int | None = None) -> LaunchConfig:
+    return LaunchConfig(block_m, block_n, num_warps=4, num_stages=1, waves_per_eu=waves_per_eu)
+
+
+HIP_LAUNCH = {
+    **map_tables(CUDA_LAUNCH, _hip_tile),
+    "fwd": table((64, _tile(128, 64, 2)), (128, _tile(128, 64)), (256, _tile(64, 32))),
+    "fwd.fp32": table((64, _tile(64, 32, 2)), (256, _tile(16, 32))),
+    "bwd_dkdv.fp32": table((64, _tile(32, 32)), (128, _tile(32, 16)), (256, _tile(16, 16))),
+    "piecewise_bwd_dkdv": table((64, _tile(32, 32)), (128, _tile(32, 32)), (256, _tile(16, 16))),
+}
+
+# RDNA runs 32-wide waves with at most 256 VGPRs each: 8 waves keep the 256 threads
+# per block of the CDNA tables (with 4, gfx1100 spilled 2.5-3.4 KB per thread at
+# D=128 in the compile-only tier; with 8 still 0.5-2.5 KB: RDNA needs smaller tiles
+# that nobody has chosen yet). No waves_per_eu: not measured there.
+RDNA_LAUNCH = map_tables(HIP_LAUNCH, lambda config: replace(config, num_warps=8, waves_per_eu=None))
+
+
+ILUVATAR_LAUNCH = map_tables(CUDA_LAUNCH, lambda config: replace(config, num_warps=max(1, config.num_warps // 2)))
+
+# Under the interpreter every program instance is a numpy evaluation: large tiles
+# mean fewer, more vectorised instances, which is what makes the smoke tier fast.
+INTERPRETER_LAUNCH = {
+    "fwd": table((256, LaunchConfig(64, 64))),
+    "bwd_preprocess": table((256, LaunchConfig(64, 64))),
+    "bwd_dkdv": table((256, LaunchConfig(64, 64))),
+    "bwd_dq": table((256, LaunchConfig(64, 64))),
+    "total": table((256, LaunchConfig(64, 64))),
+}
+
+
+
+def launch_tables(target: Target) -> dict[str, LaunchTable]:
+    """The table set of a target: NVIDIA, AMD CDNA (64-wide waves) or RDNA (32), Iluvatar
+    CoreX (CUDA-compatible, 64-wide warps), or the interpreter."""
+    if target.interpreted:
+        return INTERPRETER_LAUNCH
+    if target.corex:
+        return ILUVATAR_LAUNCH
+    if target.backend == "hip":
+        return HIP_LAUNCH if target.warp_size == 64 else RDNA_LAUNCH
+    return CUDA_LAUNCH
+
+
+def launch_config(kernel: str, head_dim: int, dtype: str = "fp16", target: Target | None = None) -> LaunchConfig:
+    """Launch config of `kernel` for a (padded) head dim and input dtype name on `target`
+    (default: the current one).  A table keyed `"{kernel}.{dtype}"` (e.g. `fwd.fp32`, whose
+    tiles take twice the shared memory) overrides the kernel's general table."""
+    tables = launch_tables(target or current_target())
+    for key in (f"{kernel}.{dtype}", kernel):
+        if key in tables:
+            return tables[key].pick(head_dim)
+    raise KeyError(f"no launch table for kernel {kernel!r}")
