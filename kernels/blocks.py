@@ -154,6 +154,16 @@ def causal_key_end(row_end, seq_q, seq_k, CAUSAL: tl.constexpr):
 
 
 @triton.jit
+def off_band_end(row_start, seq_q, seq_k, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """End of the key tiles [0, end) that every row >= row_start sees whole: inside the
+    keys and, if causal, at or left of the first row's diagonal.  A multiple of BLOCK_N."""
+    end = seq_k
+    if CAUSAL:
+        end = tl.minimum(seq_k, tl.maximum(row_start + seq_k - seq_q + 1, 0))
+    return (end // BLOCK_N) * BLOCK_N
+
+
+@triton.jit
 def causal_query_start(col_start, seq_q, seq_k, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
     """First query-block start whose rows can see key col_start (0 if not causal)."""
     if CAUSAL:

@@ -55,7 +55,7 @@ def _forward(q, k, v, causal: bool, sm_scale: float, dropout: DropoutParams | No
            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
            heads, heads // kv_heads, seq_q, seq_k, head_dim, *drop_args,
            CAUSAL=causal, BLOCK_D=block_d, INTERPRETED=interpreting(),
-           **drop_flag, **cfg)
+           STAGES=cfg["num_stages"], **drop_flag, **cfg)
     return out, lse
 
 

@@ -18,6 +18,7 @@ import triton.language as tl
 from kernels.blocks import (
     LOG2_E,
     causal_key_end,
+    off_band_end,
     dropout_keep,
     finished_rows,
     head_offset,
@@ -31,6 +32,40 @@ from kernels.blocks import (
     store_tile,
     visible,
 )
+
+
+@triton.jit
+def attend_keys(q, acc, row_max, row_sum, row_sum_error, k_base, v_base, rows, dims,
+                first_key, key_stop, stride_kn, stride_kd, stride_vn, stride_vd,
+                seq_q, seq_k, head_dim, qk_scale, seed_lo, seed_hi, drop_threshold, batch_head,
+                CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MASKED: tl.constexpr,
+                BLOCK_N: tl.constexpr, STAGES: tl.constexpr, INTERPRETED: tl.constexpr):
+    """The online softmax over key tiles [first_key, key_stop): returns the new
+    (acc, row_max, row_sum, row_sum_error).
+
+    MASKED=False is the off-band part: every tile lies inside the keys and inside every
+    row's causal window, so no pair is masked and key rows are loaded without a bound
+    check; only the head-dim padding is masked.  MASKED=True is the rest: the causal
+    diagonal band and the ragged last tile.  STAGES is the loop's software-pipelining
+    depth (the launch's num_stages)."""
+    for key_start in tl.range(first_key, key_stop, BLOCK_N, num_stages=STAGES):
+        cols = key_start + tl.arange(0, BLOCK_N)
+        key_rows = seq_k if MASKED else key_start + BLOCK_N
+        k = load_tile(k_base, cols, dims, stride_kn, stride_kd, key_rows, head_dim)
+        s = raw_scores(q, k, INTERPRETED)
+        if MASKED:
+            s = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), s, float("-inf"))
+        p, rescale, row_max, row_sum, row_sum_error = online_softmax_weights(
+            s, row_max, row_sum, row_sum_error, qk_scale)
+
+        v = load_tile(v_base, cols, dims, stride_vn, stride_vd, key_rows, head_dim)
+        if DROPOUT:
+            p = tl.where(dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, key_start, BLOCK_N),
+                         p, 0.0)
+        # P is rounded to the input dtype for the tensor-core product, as in
+        # every fused attention kernel; the accumulator stays fp32.
+        acc = mma(narrow(p, v.dtype, INTERPRETED), v, acc * rescale[:, None], INTERPRETED)
+    return acc, row_max, row_sum, row_sum_error
 
 
 # Sizes are not specialised on: Triton would otherwise compile a new variant for
@@ -49,7 +84,7 @@ def flash_forward_kernel(
     first_batch_head,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    INTERPRETED: tl.constexpr,
+    STAGES: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
                                                                     first_batch_head)
@@ -66,22 +101,18 @@ def flash_forward_kernel(
     row_sum_error = tl.zeros((BLOCK_M,), dtype=tl.float32)  # Kahan compensation
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
 
+    # Off-band key tiles first (no pair masked), then the causal band and the ragged
+    # tail.  The split does not change the order in which tiles are added.
+    band_start = off_band_end(block_m * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
     key_end = causal_key_end((block_m + 1) * BLOCK_M, seq_q, seq_k, CAUSAL)
-    for key_start in range(0, key_end, BLOCK_N):
-        cols = key_start + tl.arange(0, BLOCK_N)
-        k = load_tile(k_base, cols, dims, stride_kn, stride_kd, seq_k, head_dim)
-        s = raw_scores(q, k, INTERPRETED)
-        s = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), s, float("-inf"))
-        p, rescale, row_max, row_sum, row_sum_error = online_softmax_weights(
-            s, row_max, row_sum, row_sum_error, qk_scale)
-
-        v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
-        if DROPOUT:
-            p = tl.where(dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, key_start, BLOCK_N),
-                         p, 0.0)
-        # P is rounded to the input dtype for the tensor-core product, as in
-        # every fused attention kernel; the accumulator stays fp32.
-        acc = mma(narrow(p, v.dtype, INTERPRETED), v, acc * rescale[:, None], INTERPRETED)
+    acc, row_max, row_sum, row_sum_error = attend_keys(
+        q, acc, row_max, row_sum, row_sum_error, k_base, v_base, rows, dims, 0, band_start,
+        stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, qk_scale,
+        seed_lo, seed_hi, drop_threshold, batch_head, CAUSAL, DROPOUT, False, BLOCK_N, STAGES, INTERPRETED)
+    acc, row_max, row_sum, row_sum_error = attend_keys(
+        q, acc, row_max, row_sum, row_sum_error, k_base, v_base, rows, dims, band_start, key_end,
+        stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, qk_scale,
+        seed_lo, seed_hi, drop_threshold, batch_head, CAUSAL, DROPOUT, True, BLOCK_N, STAGES, INTERPRETED)
 
     out, lse = finished_rows(acc, row_max, row_sum, sm_scale)
     if DROPOUT:

@@ -121,8 +121,9 @@ MUTANTS: tuple[Mutant, ...] = (
            counted=False),
     Mutant("hang",
            "the forward's key loop advances by 0 when Sq == 1: never ends on single-query cases",
-           (Edit(_FORWARD, "    for key_start in range(0, key_end, BLOCK_N):\n        cols = key_start",
-                 "    key_start = 0\n    while key_start < key_end:\n        cols = key_start"),
+           (Edit(_FORWARD, "    for key_start in tl.range(first_key, key_stop, BLOCK_N, num_stages=STAGES):\n"
+                           "        cols = key_start",
+                 "    key_start = first_key\n    while key_start < key_stop:\n        cols = key_start"),
             Edit(_FORWARD, "v, acc * rescale[:, None], INTERPRETED)\n",
                  "v, acc * rescale[:, None], INTERPRETED)\n        key_start += BLOCK_N * (seq_q != 1)\n")),
            counted=False),

@@ -37,8 +37,8 @@ KERNEL_NAMES = {
     "piecewise_dq_kernel": "piecewise_bwd_dq",
 }
 # Launch keywords that are not part of a configuration: the head-dim tile is the
-# `head_dim` field, the rest are the same for every GPU launch.
-_NOT_CONFIG = ("BLOCK_D", "INTERPRETED", "first_batch_head")
+# `head_dim` field, STAGES repeats num_stages, the rest are the same for every GPU launch.
+_NOT_CONFIG = ("BLOCK_D", "INTERPRETED", "STAGES", "first_batch_head")
 
 
 def emit(event: dict) -> None:
