@@ -43,7 +43,7 @@ from kernels.blocks import (
 
 
 # As in the forward, sizes are not specialised on (one compile per shape family).
-@triton.jit(do_not_specialize=["num_heads", "seq_q", "head_dim", "first_batch_head"])
+@triton.jit(do_not_specialize=["num_heads", "seq_q", "first_batch_head"])
 def delta_kernel(
     O, DO, DELTA,
     stride_ob, stride_oh, stride_om, stride_od,
@@ -62,7 +62,7 @@ def delta_kernel(
     tl.store(DELTA + batch_head.to(tl.int64) * seq_q + rows, delta, mask=rows < seq_q)
 
 
-@triton.jit(do_not_specialize=["num_heads", "num_kv_heads", "group_size", "seq_q", "seq_k", "head_dim",
+@triton.jit(do_not_specialize=["num_heads", "num_kv_heads", "group_size", "seq_q", "seq_k",
                                "seed_lo", "seed_hi", "drop_threshold", "first_batch_head"])
 def dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK, DV,
@@ -123,7 +123,7 @@ def dkdv_kernel(
                dv, cols, dims, stride_dvn, stride_dvd, seq_k, head_dim, INTERPRETED)
 
 
-@triton.jit(do_not_specialize=["num_heads", "group_size", "seq_q", "seq_k", "head_dim",
+@triton.jit(do_not_specialize=["num_heads", "group_size", "seq_q", "seq_k",
                                "seed_lo", "seed_hi", "drop_threshold", "first_batch_head"])
 def dq_kernel(
     Q, K, V, DO, LSE, DELTA, DQ,

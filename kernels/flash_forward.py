@@ -68,9 +68,11 @@ def attend_keys(q, acc, row_max, row_sum, row_sum_error, k_base, v_base, rows, d
     return acc, row_max, row_sum, row_sum_error
 
 
-# Sizes are not specialised on: Triton would otherwise compile a new variant for
-# every divisibility pattern of the sequence lengths (509, 1000, 1024, 1, ...).
-@triton.jit(do_not_specialize=["num_heads", "group_size", "seq_q", "seq_k", "head_dim",
+# Sequence lengths are not specialised on: Triton would otherwise compile a new variant
+# for every divisibility pattern (509, 1000, 1024, 1, ...).  head_dim is: every supported
+# head dim is a multiple of 16, which Triton then knows, so the head-dim mask is constant
+# over 16 columns and tiles load as 16-byte vectors (one variant; each kernel does so).
+@triton.jit(do_not_specialize=["num_heads", "group_size", "seq_q", "seq_k",
                                "seed_lo", "seed_hi", "drop_threshold", "first_batch_head"])
 def flash_forward_kernel(
     Q, K, V, O, LSE,

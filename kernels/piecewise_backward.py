@@ -34,7 +34,7 @@ from kernels.piecewise_blocks import (
 
 
 @triton.jit(do_not_specialize=["dist_threshold", "num_heads", "num_kv_heads", "group_size",
-                               "seq_q", "seq_k", "head_dim", "first_batch_head"])
+                               "seq_q", "seq_k", "first_batch_head"])
 def piecewise_dkdv_kernel(
     Q1, K1, Q2, K2, V, DO, LSE, DELTA, DK1, DK2, DV,
     sm_scale, dist_threshold,
@@ -97,7 +97,7 @@ def piecewise_dkdv_kernel(
 
 
 @triton.jit(do_not_specialize=["dist_threshold", "num_heads", "group_size", "seq_q", "seq_k",
-                               "head_dim", "first_batch_head"])
+                               "first_batch_head"])
 def piecewise_dq_kernel(
     Q1, K1, Q2, K2, V, DO, LSE, DELTA, DQ1, DQ2,
     sm_scale, dist_threshold,

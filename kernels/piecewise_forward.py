@@ -27,7 +27,7 @@ from kernels.piecewise_blocks import (
 
 
 # Sizes (and the threshold) are not specialised on: one compile per shape family.
-@triton.jit(do_not_specialize=["dist_threshold", "num_heads", "group_size", "seq_q", "seq_k", "head_dim",
+@triton.jit(do_not_specialize=["dist_threshold", "num_heads", "group_size", "seq_q", "seq_k",
                                "first_batch_head"])
 def piecewise_forward_kernel(
     Q1, K1, Q2, K2, V, O, LSE,

@@ -24,7 +24,7 @@ from kernels.blocks import (
 )
 
 
-@triton.jit(do_not_specialize=["num_heads", "group_size", "seq_q", "seq_k", "head_dim", "first_batch_head"])
+@triton.jit(do_not_specialize=["num_heads", "group_size", "seq_q", "seq_k", "first_batch_head"])
 def total_attention_kernel(
     Q, K, LSE, TOTAL,
     sm_scale,

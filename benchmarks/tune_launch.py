@@ -1,13 +1,14 @@
-"""Forward launch-configuration sweep of the bundled flash_attention (needs a GPU).
+"""Launch-configuration sweep of one kernel of the bundled flash_attention (needs a GPU).
 
-    python benchmarks/tune_forward.py [--head-dims 64,128] [--seq-len 8192] [--dtype fp16] [--out FILE]
+    python benchmarks/tune_launch.py [--kernel fwd|bwd_dkdv|bwd_dq] [--head-dims 64,128]
+                                     [--seq-len 8192] [--dtype fp16] [--out FILE]
 
 For each head dim and causal mode, every (BLOCK_M, BLOCK_N, num_warps, num_stages) of
-the grid below replaces the forward's launch table for the current target, and the
-median time of the forward (triton.testing.do_bench) gives TFLOP/s; B*S = 32k tokens
-and H*D = 2048, as in the benchmark.  Configurations that do not compile or launch
+the grid below replaces that kernel's launch table for the current target, and the
+median time (triton.testing.do_bench) of the forward, or of the whole backward for a
+backward kernel, gives TFLOP/s; B*S = 32k tokens and H*D = 2048, as in the benchmark.  Configurations that do not compile or launch
 (shared memory, registers) are listed with their error.  One JSON line per
-measurement goes to --out, a table per problem to stdout, best first.  This chooses
+measurement goes to --out, a table per problem to stdout, best first.  This chose
 the launch tables in kernels/tuning.py; whether a configuration is *correct* is the
 conformance tiers' business.
 """
@@ -31,52 +32,63 @@ import kernels  # noqa: E402
 from kernels import targets, tuning  # noqa: E402
 
 GRID = dict(block_m=(64, 128), block_n=(64, 128), num_warps=(4, 8), num_stages=(2, 3, 4))
+BACKWARD_GRID = dict(GRID, num_stages=(2, 3))  # the backward's loops hold more tiles
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def measure(config: tuning.LaunchConfig, d: int, s: int, causal: bool, dtype) -> float:
-    """TFLOP/s of the forward with `config` as the only row of the forward's table."""
+def _timed(kernel: str, q, k, v, causal: bool):
+    """The call to time: the forward, or the backward of one forward (graph kept)."""
+    if kernel == "fwd":
+        return lambda: kernels.flash_attention(q, k, v, causal=causal)
+    inputs = [x.requires_grad_() for x in (q, k, v)]
+    out = kernels.flash_attention(*inputs, causal=causal)
+    grad = torch.randn_like(out)
+    return lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True)
+
+
+def measure(kernel: str, config: tuning.LaunchConfig, d: int, s: int, causal: bool, dtype) -> float:
+    """TFLOP/s with `config` as the only row of `kernel`'s table (backward: 2.5x the forward's FLOPs)."""
     tables = tuning.launch_tables(targets.current_target())
-    saved = tables.get("fwd")
-    tables["fwd"] = tuning.table((256, config))
+    saved = tables.get(kernel)
+    tables[kernel] = tuning.table((256, config))
     try:
         heads, batch = 2048 // d, 32768 // s
         q, k, v = (torch.randn(batch, heads, s, d, device="cuda", dtype=dtype) for _ in range(3))
-        milliseconds = triton.testing.do_bench(lambda: kernels.flash_attention(q, k, v, causal=causal),
-                                               warmup=25, rep=100)
-        flops = 4 * batch * heads * s * s * d * (0.5 if causal else 1.0)
+        milliseconds = triton.testing.do_bench(_timed(kernel, q, k, v, causal), warmup=25, rep=100)
+        flops = 4 * batch * heads * s * s * d * (0.5 if causal else 1.0) * (1.0 if kernel == "fwd" else 2.5)
         return flops / milliseconds / 1e9
     finally:
-        tables["fwd"] = saved
+        tables[kernel] = saved
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernel", default="fwd", choices=("fwd", "bwd_dkdv", "bwd_dq"))
     parser.add_argument("--head-dims", default="64,128")
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
     parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        print("tune_forward: needs a GPU", file=sys.stderr)
+        print("tune_launch: needs a GPU", file=sys.stderr)
         return 2
     out = open(args.out, "w", encoding="utf-8") if args.out else None
     for d, causal in itertools.product((int(x) for x in args.head_dims.split(",")), (False, True)):
         rows = []
-        for bm, bn, warps, stages in itertools.product(*GRID.values()):
+        for bm, bn, warps, stages in itertools.product(*(GRID if args.kernel == "fwd" else BACKWARD_GRID).values()):
             config = tuning.LaunchConfig(bm, bn, num_warps=warps, num_stages=stages)
             try:
-                tflops, error = measure(config, d, args.seq_len, causal, DTYPES[args.dtype]), ""
+                tflops, error = measure(args.kernel, config, d, args.seq_len, causal, DTYPES[args.dtype]), ""
             except Exception as exc:  # out of resources and the like: recorded, not fatal
                 tflops, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-            line = {"head_dim": d, "causal": causal, "seq_len": args.seq_len, "dtype": args.dtype,
+            line = {"kernel": args.kernel, "head_dim": d, "causal": causal, "seq_len": args.seq_len, "dtype": args.dtype,
                     **config.as_dict(), "tflops": tflops, "error": error}
             rows.append(line)
             if out:
                 out.write(json.dumps(line) + "\n")
                 out.flush()
         rows.sort(key=lambda line: -(line["tflops"] or 0))
-        print(f"\nD={d} {'causal' if causal else 'non-causal'} S={args.seq_len} {args.dtype}")
+        print(f"\n{args.kernel} D={d} {'causal' if causal else 'non-causal'} S={args.seq_len} {args.dtype}")
         for line in rows[:8] + [line for line in rows if line["error"]][:3]:
             print(f"  m{line['block_m']:>3} n{line['block_n']:>3} w{line['num_warps']} s{line['num_stages']}  "
                   f"{line['tflops'] or 0:7.1f} TFLOP/s {line['error']}")
