@@ -20,7 +20,7 @@ from conformance.reporting.markdown import table as markdown_table
 from conformance.running.results import read_env, read_json_lines
 
 BENCHMARK_FILE, MARKDOWN_FILE = "benchmark.jsonl", "benchmark.md"
-COLORS = {"bundled": "#d62728", "sdpa-flash": "#1f77b4", "sdpa-cudnn": "#2ca02c",
+COLORS = {"bundled": "#d62728", "flex": "#ff7f0e", "sdpa-flash": "#1f77b4", "sdpa-cudnn": "#2ca02c",
           "sdpa-efficient": "#9467bd", "sdpa-math": "#7f7f7f"}
 DIRECTION_NAMES = {"fwd": "forward", "bwd": "backward"}
 DASHES = {"forward": "", "backward": "6 4"}  # SVG dash pattern of each direction's lines ("" = solid)
@@ -73,6 +73,29 @@ def panel_tables(lines: list[dict]) -> tuple[list[str], list[list], list[list]]:
     return ["implementation", *(f"S={seq_len}" for seq_len in seq_lens)], tflops_rows, memory_rows
 
 
+# The bundled kernel's speed is reported as a ratio to these peers (issue targets: >= 1.0x
+# FlexAttention, >= 1.2x / 1.1x SDPA flash forward / backward, cuDNN for reference).
+RATIO_PEERS = ("sdpa-flash", "flex", "sdpa-cudnn")
+
+
+def ratio_rows(lines: list[dict]) -> tuple[list[str], list[list]]:
+    """(headers, rows) of one panel: the bundled kernel's TFLOP/s over each peer's, per S."""
+    seq_lens = sorted({line["seq_len"] for line in lines})
+    index = {(line["impl"], line["seq_len"], line["direction"]): line for line in lines if line["status"] == "ok"}
+    rows = []
+    for peer in RATIO_PEERS:
+        cells = []
+        for seq_len in seq_lens:
+            parts = []
+            for direction in DIRECTION_NAMES:
+                mine, theirs = index.get(("bundled", seq_len, direction)), index.get((peer, seq_len, direction))
+                parts.append(f"{mine['tflops'] / theirs['tflops']:.2f}" if mine and theirs else "-")
+            cells.append(" / ".join(parts))
+        if any(cell != "- / -" for cell in cells):
+            rows.append([f"bundled / {peer}", *cells])
+    return ["ratio", *(f"S={seq_len}" for seq_len in seq_lens)], rows
+
+
 def _not_measured(lines: list[dict]) -> list[str]:
     """One bullet per distinct (implementation, status, reason), with the S and directions it covers."""
     groups = defaultdict(list)
@@ -92,18 +115,25 @@ def markdown(env: dict, lines: list[dict], plot_name: str | None) -> str:
     reps = env.get("benchmark", {}).get("repetitions") or {}
     reps_text = (f"{reps['min_reps']}–{reps['max_reps']} calls, as many as fit in {reps['target_ms']:g} ms"
                  if reps else "see env.json")
-    out = ["# Attention benchmark: bundled Triton kernel and torch SDPA", "", *_environment(env), "",
+    out = ["# Attention benchmark: bundled Triton kernel, torch SDPA and FlexAttention", "", *_environment(env), "",
            "Method: FLOPs count the matmuls only (4·B·H·S²·D forward, halved when causal; backward 2.5× the "
            "forward); shapes B = 32k tokens / S, H = 2048 / D. Time: median of CUDA-event timed calls "
            f"({reps_text}, after a warm-up call); forward under torch.no_grad(), backward "
            "through a recorded graph. Memory: torch.cuda.max_memory_allocated() minus memory_allocated() "
-           "before one call (outputs and workspaces, not the inputs). Each cell: forward / backward.", ""]
+           "before one call (outputs and workspaces, not the inputs). Each cell: forward / backward. "
+           "FlexAttention (`flex`) ran compiled by torch.compile (static shapes, recompile limit raised, "
+           "failing rather than falling back to its eager path); the bundled kernel and SDPA ran eagerly.", ""]
     if plot_name:
         out += [f"![{_PLOT_TITLE}]({plot_name})", ""]
     for (dtype, head_dim, causal), panel in _panels(lines).items():
         headers, tflops_rows, memory_rows = panel_tables(panel)
         out += [f"## {panel_title(dtype, head_dim, causal)}", "", "TFLOP/s (forward / backward):", "",
-                markdown_table(headers, tflops_rows), "",
+                markdown_table(headers, tflops_rows), ""]
+        ratio_headers, ratios = ratio_rows(panel)
+        if ratios:
+            out += ["Speed of the bundled kernel relative to each peer (forward / backward):", "",
+                    markdown_table(ratio_headers, ratios), ""]
+        out += [
                 "Peak memory per call, MiB (forward / backward):", "",
                 markdown_table(headers, memory_rows), ""]
         missing = _not_measured(panel)
@@ -117,8 +147,9 @@ def terminal_table(env: dict, lines: list[dict]) -> str:
     out = [f"{env.get('device', '?')}  torch {env.get('torch', '?')}  triton {env.get('triton', '?')}"]
     for key, panel in _panels(lines).items():
         headers, tflops_rows, _ = panel_tables(panel)
+        ratio_headers, ratios = ratio_rows(panel)
         out += ["", f"{panel_title(*key)}: TFLOP/s forward / backward",
-                tabulate(tflops_rows, headers=headers, tablefmt="simple", disable_numparse=True)]
+                tabulate(tflops_rows + ratios, headers=headers, tablefmt="simple", disable_numparse=True)]
     return "\n".join(out)
 
 

@@ -143,6 +143,32 @@ CUDA_LAUNCH = {
                                    (256, LaunchConfig(16, 16, 8, 1))),
 }
 
+# Hopper (sm_90 and newer, 227 KB of shared memory per block): chosen by
+# benchmarks/tune_launch.py on an H100 (fp16, B*S = 32k, H*D = 2048, S = 8192, triton 3.6;
+# TFLOP/s non-causal / causal).  Forward D <= 64: 128x64, 8 warps, 3 stages (404 / 387;
+# the general table's 4 warps gave 374 / 349); D <= 128: 128x128, 8 warps, 3 stages
+# (474 / 430; 128x64 gave 448 / 418).  Backward, whole pass timed while dK/dV's table
+# varied: D <= 64 128x64 with 4 warps (313 / 278; 64x64 279 / 268), D <= 128 64x64 with
+# 4 warps (231 / 220; 8 warps 170 / 157); dQ takes the same tiles (not swept).
+HOPPER_LAUNCH = {
+    **CUDA_LAUNCH,
+    "fwd": table(
+        (64, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
+        (128, LaunchConfig(128, 128, num_warps=8, num_stages=3)),
+        (256, LaunchConfig(64, 32, num_warps=8, num_stages=2)),
+    ),
+    "bwd_dkdv": table(
+        (64, LaunchConfig(128, 64, num_warps=4, num_stages=2)),
+        (128, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
+        (256, LaunchConfig(32, 32, num_warps=8, num_stages=1)),
+    ),
+    "bwd_dq": table(
+        (64, LaunchConfig(128, 64, num_warps=4, num_stages=2)),
+        (128, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
+        (256, LaunchConfig(32, 32, num_warps=8, num_stages=1)),
+    ),
+}
+
 def _hip_tile(config: LaunchConfig) -> LaunchConfig:
     """A CUDA tile made for AMD: 4 wavefronts (256 threads, the most that still leave
     each thread all 512 VGPRs of a CDNA SIMD) and one stage (the triton attention
@@ -194,7 +220,7 @@ INTERPRETER_LAUNCH = {
 
 
 def launch_tables(target: Target) -> dict[str, LaunchTable]:
-    """The table set of a target: NVIDIA, AMD CDNA (64-wide waves) or RDNA (32), Iluvatar
+    """The table set of a target: NVIDIA (Hopper and newer, or older), AMD CDNA (64-wide waves) or RDNA (32), Iluvatar
     CoreX (CUDA-compatible, 64-wide warps), or the interpreter."""
     if target.interpreted:
         return INTERPRETER_LAUNCH
@@ -202,7 +228,7 @@ def launch_tables(target: Target) -> dict[str, LaunchTable]:
         return ILUVATAR_LAUNCH
     if target.backend == "hip":
         return HIP_LAUNCH if target.warp_size == 64 else RDNA_LAUNCH
-    return CUDA_LAUNCH
+    return HOPPER_LAUNCH if target.arch >= 90 else CUDA_LAUNCH
 
 
 def launch_config(kernel: str, head_dim: int, dtype: str = "fp16", target: Target | None = None) -> LaunchConfig:

@@ -71,7 +71,8 @@ def test_nvidia_by_compute_capability(gpu, capability, key, shared_kib, fp8):
     assert ("fp8e4m3" in profile.dtypes, "fp8e5m2" in profile.dtypes) == (fp8, fp8)
     assert "bf16" in profile.dtypes and profile.warp_size == 32
     assert profile.compile_target == ("cuda", capability[0] * 10 + capability[1], 32)
-    assert profile.launch is kernels.tuning.CUDA_LAUNCH  # the kernels' tuned tables, for every arch
+    tuned = kernels.tuning.HOPPER_LAUNCH if capability >= (9, 0) else kernels.tuning.CUDA_LAUNCH
+    assert profile.launch is tuned  # the kernels' own tables
 
 
 def test_an_unlisted_nvidia_arch_borrows_the_nearest_older_limits(gpu):
@@ -176,7 +177,7 @@ def test_amd_knobs_reach_the_launch_and_nvidia_launches_get_none(monkeypatch):
     assert "waves_per_eu" not in kernels.launch.launch_kwargs("bwd_dq", 64, torch.float16)
     monkeypatch.setattr(kernels.tuning, "current_target", lambda: Target("cuda", 90, 32))
     assert kernels.launch.launch_kwargs("fwd", 128, torch.float16) == dict(
-        BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+        BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)  # Hopper's own table
     assert kernels.launch.launch_kwargs("bwd_preprocess", 256, torch.float32, tiles=("BLOCK_M",)) == dict(
         BLOCK_M=32, num_warps=4, num_stages=1)
 

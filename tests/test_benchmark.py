@@ -163,3 +163,14 @@ def test_the_measuring_loop_on_the_cpu(tmp_path, monkeypatch):
     assert env["benchmark"]["grid"] == "quick" and env["backend"] == "interpreter:cpu"
     written = report.write_report(tmp_path)
     assert "## fp16, D=16, causal" in written[0].read_text()
+
+
+def test_the_report_states_the_bundled_kernels_speed_relative_to_each_peer():
+    def line(impl, direction, tflops, seq_len=4096):
+        return {"impl": impl, "direction": direction, "seq_len": seq_len, "status": "ok", "tflops": tflops}
+
+    lines = [line("bundled", "fwd", 300.0), line("bundled", "bwd", 200.0), line("flex", "fwd", 400.0),
+             line("flex", "bwd", 100.0), line("sdpa-flash", "fwd", 150.0)]
+    headers, rows = report.ratio_rows(lines)
+    assert headers == ["ratio", "S=4096"]
+    assert rows == [["bundled / sdpa-flash", "2.00 / -"], ["bundled / flex", "0.75 / 2.00"]]  # no cuDNN line
