@@ -48,7 +48,7 @@ def _forward(q, k, v, causal: bool, sm_scale: float, dropout: DropoutParams | No
     if done:
         return out, lse
     block_d = padded_head_dim(head_dim, q.dtype)
-    cfg = launch_kwargs("fwd", block_d, q.dtype)
+    cfg = launch_kwargs("fwd", block_d, q.dtype, variant="dropout" if dropout is not None else None)
     drop_args, drop_flag = _dropout_kwargs(dropout)
     launch(flash_forward_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,
            q, k, v, out, lse, sm_scale,

@@ -30,10 +30,12 @@ def padded_head_dim(head_dim: int, dtype: torch.dtype) -> int:
     return max(smallest, triton.next_power_of_2(head_dim))
 
 
-def launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype, tiles=("BLOCK_M", "BLOCK_N")) -> dict:
+def launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype, tiles=("BLOCK_M", "BLOCK_N"),
+                  variant: str | None = None) -> dict:
     """The tile sizes named in `tiles` (those the kernel takes), num_warps, num_stages
-    and the backend's knobs (e.g. waves_per_eu) of `kernel` on the current target."""
-    cfg = launch_config(kernel, block_d, DTYPE_NAMES[dtype])
+    and the backend's knobs (e.g. waves_per_eu) of `kernel` on the current target;
+    `variant` (e.g. "dropout") picks that variant's table where the target has one."""
+    cfg = launch_config(kernel, block_d, DTYPE_NAMES[dtype], variant=variant)
     sizes = {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n}
     return {**{name: sizes[name] for name in tiles}, **cfg.options()}
 

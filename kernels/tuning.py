@@ -157,6 +157,14 @@ HOPPER_LAUNCH = {
         (128, LaunchConfig(128, 128, num_warps=8, num_stages=3)),
         (256, LaunchConfig(64, 32, num_warps=8, num_stages=2)),
     ),
+    # With dropout the 128x128 forward needs 240 KB of shared memory at 3 stages (the
+    # keep-mask tiles add theirs; the standard tier's dropout cases failed to launch):
+    # 2 stages (452 / 424 TFLOP/s without dropout).
+    "fwd.dropout": table(
+        (64, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
+        (128, LaunchConfig(128, 128, num_warps=8, num_stages=2)),
+        (256, LaunchConfig(64, 32, num_warps=8, num_stages=2)),
+    ),
     "bwd_dkdv": table(
         (64, LaunchConfig(128, 64, num_warps=4, num_stages=2)),
         (128, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
@@ -231,12 +239,16 @@ def launch_tables(target: Target) -> dict[str, LaunchTable]:
     return HOPPER_LAUNCH if target.arch >= 90 else CUDA_LAUNCH
 
 
-def launch_config(kernel: str, head_dim: int, dtype: str = "fp16", target: Target | None = None) -> LaunchConfig:
+def launch_config(kernel: str, head_dim: int, dtype: str = "fp16", target: Target | None = None,
+                  variant: str | None = None) -> LaunchConfig:
     """Launch config of `kernel` for a (padded) head dim and input dtype name on `target`
     (default: the current one).  A table keyed `"{kernel}.{dtype}"` (e.g. `fwd.fp32`, whose
-    tiles take twice the shared memory) overrides the kernel's general table."""
+    tiles take twice the shared memory) overrides the kernel's general table, and so, for
+    the other dtypes, does `"{kernel}.{variant}"` (e.g. `fwd.dropout`, whose random-number
+    tiles need shared memory of their own)."""
     tables = launch_tables(target or current_target())
-    for key in (f"{kernel}.{dtype}", kernel):
+    keys = (f"{kernel}.{dtype}", *((f"{kernel}.{variant}",) if variant else ()), kernel)
+    for key in keys:
         if key in tables:
             return tables[key].pick(head_dim)
     raise KeyError(f"no launch table for kernel {kernel!r}")
