@@ -112,6 +112,21 @@ MUTANTS: tuple[Mutant, ...] = (
            _RACE_EDITS,
            interpreter_unreachable="the interpreter runs programs one after another, so every "
                                    "read-modify-write sees the previous program's store"),
+    # ---- faults of the fast paths (issue 18)
+    Mutant("causal_band_one_block_late",
+           "causal split: the unmasked off-band loop runs one key tile into the diagonal band "
+           "(future keys visible to the block's first rows)",
+           (Edit("blocks.py", "    return (end // BLOCK_N) * BLOCK_N\n",
+                 "    return tl.minimum((end // BLOCK_N + 1) * BLOCK_N, (seq_k // BLOCK_N) * BLOCK_N)\n"),)),
+    Mutant("row_sum_not_rescaled",
+           "online softmax: the running row sum is not rescaled when the running max grows",
+           (Edit("blocks.py", "compensated_add(row_sum * rescale, row_sum_error * rescale,",
+                 "compensated_add(row_sum, row_sum_error,"),)),
+    Mutant("last_query_tile_unwritten",
+           "forward grid rounded down: the last, partial query tile is never computed (its rows keep "
+           "the NaN the harness poisons new outputs with)",
+           (Edit("flash.py", 'launch(flash_forward_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,',
+                 'launch(flash_forward_kernel, max(1, seq_q // cfg["BLOCK_M"]), batch * heads,'),)),
     # ---- robustness fixtures (not counted, never run by the kill table)
     Mutant("crash",
            "out-of-bounds read 2^40 elements past K when Sk == 1: an illegal memory access on a GPU, "

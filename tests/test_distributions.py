@@ -21,7 +21,8 @@ def inputs(case=CASE, spec=None, kinds=None):
     return {**made.detached(), "do": made.do}
 
 
-@pytest.mark.parametrize("spec", ["normal", "scaled:0.001", "logits:1e+06", "outliers:64", "nearconst:0.25"])
+@pytest.mark.parametrize("spec", ["normal", "scaled:0.001", "logits:1e+06", "outliers:64", "nearconst:0.25",
+                                  "negative:1000"])
 def test_specs_round_trip(spec):
     assert Distribution.parse(spec).spec == spec
 
@@ -71,6 +72,14 @@ def test_near_constant_keys_make_near_constant_scores():
     keys = shaped["k"]
     assert float((keys - keys[..., :1, :]).abs().max()) < 0.01
     assert torch.equal(shaped["q"], inputs()["q"])
+
+
+def test_negative_puts_every_softmax_input_far_below_zero():
+    plain, shaped = inputs(), inputs(spec="negative:1000")
+    scores = (shaped["q"] @ shaped["k"].transpose(-1, -2)) / math.sqrt(CASE.head_dim)
+    assert float(scores.max()) < -800 and float(scores.min()) > -1200
+    assert float(scores.std(dim=-1).min()) > 1  # rows are not constant
+    assert torch.equal(shaped["v"], plain["v"]) and torch.equal(shaped["q"][..., 1:], plain["q"][..., 1:])
 
 
 def test_piecewise_inputs_are_shaped_by_their_role():

@@ -10,6 +10,9 @@ push the numerics to their edges. Its spec string names it on the command line
     logits:L      q and k times sqrt(L): softmax inputs (s * scale) of standard deviation L
     outliers:M    about 1 in 64 elements of every tensor (at least one) set to +-M
     nearconst:E   every key row = key row 0 + E * N(0, 1): near-constant scores along a query row
+    negative:L    q and k moved apart along the first head-dim axis so that every softmax
+                  input (s * scale) is about -L: a kernel whose running max does not start
+                  at -inf (or that exponentiates before subtracting it) underflows whole rows
 
 Tensors are told apart by their role, the first letter of the operator's input
 name (q/k/v; piecewise_attention's q1, k2 ... likewise) or `do`. Any extra
@@ -52,6 +55,18 @@ def _near_constant(role: str, values: torch.Tensor, spread: float, generator) ->
     return values[..., :1, :] + spread * values  # the draws themselves serve as the noise
 
 
+def _negative(role: str, values: torch.Tensor, level: float, generator) -> torch.Tensor:
+    # q_0 += c and k_0 -= c add -c^2 to every q.k; the default scale 1/sqrt(D) makes
+    # that -L for c^2 = L sqrt(D).  The draws' own q.k (std ~ c / sqrt(D) after the
+    # scale, from the c * (k_0 - q_0) term) stay, so rows are not constant.
+    if role not in ("q", "k") or values.shape[-1] == 0:
+        return values
+    offset = math.sqrt(level * math.sqrt(values.shape[-1]))
+    shifted = values.clone()
+    shifted[..., 0] += offset if role == "q" else -offset
+    return shifted
+
+
 # kind -> (transform, parameter needed?)
 _KINDS = {
     "normal": (None, False),
@@ -59,6 +74,7 @@ _KINDS = {
     "logits": (_logits, True),
     "outliers": (_outliers, True),
     "nearconst": (_near_constant, True),
+    "negative": (_negative, True),
 }
 KINDS = tuple(_KINDS)
 
