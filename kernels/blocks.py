@@ -255,13 +255,17 @@ def probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale,
     """Normalised attention probabilities of a tile, rebuilt from the stored natural-log
     normalizer `lse` (-inf for rows that see no key, which yields 0, as do invisible pairs).
 
-    The exponent s * sm_scale - lse is formed as torch forms it, and only the small
-    difference is scaled by log2(e).  Scaling first (s * sm_scale * log2(e) -
+    The exponent s * sm_scale - lse is one fused multiply-add, rounded once, and only
+    that small difference is scaled by log2(e).  Scaling first (s * sm_scale * log2(e) -
     lse * log2(e)) rounds both terms at their full magnitude, which cost the fp32
-    total attention 2-3x torch's error (measured on the interpreter, Sq = 70..300)."""
-    s = raw_scores(q, k, INTERPRETED) * sm_scale
+    total attention 2-3x torch's error (measured on the interpreter, Sq = 70..300); and
+    rounding s * sm_scale on its own (a scale that is not a power of two) makes P
+    disagree with the forward's weights, exp2((s - max) * scale * log2(e)), by an
+    ulp of |s * sm_scale|: at softmax inputs near -1000 (`negative:1000`) the fp16 total
+    attention was 2.4x torch's error on an H100."""
     finite_lse = tl.where(lse == float("-inf"), float("inf"), lse)
-    p = tl.math.exp2((s - finite_lse[:, None]) * LOG2_E)
+    exponent = tl.math.fma(raw_scores(q, k, INTERPRETED), sm_scale, -finite_lse[:, None])
+    p = tl.math.exp2(exponent * LOG2_E)
     return tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), p, 0.0)
 
 

@@ -10,7 +10,7 @@ push the numerics to their edges. Its spec string names it on the command line
     logits:L      q and k times sqrt(L): softmax inputs (s * scale) of standard deviation L
     outliers:M    about 1 in 64 elements of every tensor (at least one) set to +-M
     nearconst:E   every key row = key row 0 + E * N(0, 1): near-constant scores along a query row
-    negative:L    q and k moved apart along the first head-dim axis so that every softmax
+    negative:L    q and k moved apart along the last head-dim axis so that every softmax
                   input (s * scale) is about -L: a kernel whose running max does not start
                   at -inf (or that exponentiates before subtracting it) underflows whole rows
 
@@ -56,14 +56,17 @@ def _near_constant(role: str, values: torch.Tensor, spread: float, generator) ->
 
 
 def _negative(role: str, values: torch.Tensor, level: float, generator) -> torch.Tensor:
-    # q_0 += c and k_0 -= c add -c^2 to every q.k; the default scale 1/sqrt(D) makes
-    # that -L for c^2 = L sqrt(D).  The draws' own q.k (std ~ c / sqrt(D) after the
-    # scale, from the c * (k_0 - q_0) term) stay, so rows are not constant.
+    # q_last += c and k_last -= c add -c^2 to every q.k; the default scale 1/sqrt(D)
+    # makes that -L for c^2 = L sqrt(D).  The draws' own q.k (and c * (k_last - q_last),
+    # std ~ c / sqrt(D) after the scale) stay, so rows are not constant.  The last axis,
+    # not the first: a bad-input case plants its NaN/Inf at head-dim element 0, whose
+    # products with the keys must keep mixed signs to reach the outputs as non-finite
+    # (inf times keys that are all negative there would only mask the row).
     if role not in ("q", "k") or values.shape[-1] == 0:
         return values
     offset = math.sqrt(level * math.sqrt(values.shape[-1]))
     shifted = values.clone()
-    shifted[..., 0] += offset if role == "q" else -offset
+    shifted[..., -1] += offset if role == "q" else -offset
     return shifted
 
 
