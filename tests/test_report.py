@@ -159,9 +159,13 @@ def test_render_run_writes_every_file_from_the_files_only(run_dir):
 
 
 def test_jsonl_format_is_the_lines_normalised(run_dir):
+    """The file's own lines, parsed by the standard json module (not by the harness's
+    reader), are what the format prints: a torn last line dropped, nothing else changed."""
+    raw = (run_dir / "results.jsonl").read_text().splitlines()
+    with (run_dir / "results.jsonl").open("a") as handle:
+        handle.write('{"case": "flash_attention.fwd[')  # a crash mid-write
     text = render(run_dir, "jsonl")
-    assert [json.loads(line) for line in text.splitlines()] == [json.loads(to_json(line))
-                                                                 for line in read_results(run_dir)]
+    assert [json.loads(line) for line in text.splitlines()] == [json.loads(line) for line in raw if line.strip()]
 
 
 def test_reports_of_the_real_h100_sample(tmp_path):
