@@ -149,7 +149,9 @@ CUDA_LAUNCH = {
 # the general table's 4 warps gave 374 / 349); D <= 128: 128x128, 8 warps, 3 stages
 # (474 / 430; 128x64 gave 448 / 418).  Backward, whole pass timed while dK/dV's table
 # varied: D <= 64 128x64 with 4 warps (313 / 278; 64x64 279 / 268), D <= 128 64x64 with
-# 4 warps (231 / 220; 8 warps 170 / 157); dQ takes the same tiles (not swept).
+# 4 warps (231 / 220; 8 warps 170 / 157).  dQ's table varied with those (2446438):
+# D <= 64 128x64, 4 warps, 3 stages (323 / 284; 2 stages 315 / 281), D <= 128 128x64,
+# 8 warps, 3 stages (364 / 331; 64x64 with 4 warps 352 / 321).
 HOPPER_LAUNCH = {
     **CUDA_LAUNCH,
     "fwd": table(
@@ -171,8 +173,8 @@ HOPPER_LAUNCH = {
         (256, LaunchConfig(32, 32, num_warps=8, num_stages=1)),
     ),
     "bwd_dq": table(
-        (64, LaunchConfig(128, 64, num_warps=4, num_stages=2)),
-        (128, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
+        (64, LaunchConfig(128, 64, num_warps=4, num_stages=3)),
+        (128, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
         (256, LaunchConfig(32, 32, num_warps=8, num_stages=1)),
     ),
 }
