@@ -152,30 +152,28 @@ CUDA_LAUNCH = {
 # 4 warps (231 / 220; 8 warps 170 / 157).  dQ's table varied with those (2446438):
 # D <= 64 128x64, 4 warps, 3 stages (323 / 284; 2 stages 315 / 281), D <= 128 128x64,
 # 8 warps, 3 stages (364 / 331; 64x64 with 4 warps 352 / 321).
+_HOPPER_FORWARD = table(
+    (64, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
+    (128, LaunchConfig(128, 128, num_warps=8, num_stages=3)),
+    (256, LaunchConfig(64, 32, num_warps=8, num_stages=2)),
+)
 HOPPER_LAUNCH = {
     **CUDA_LAUNCH,
-    "fwd": table(
-        (64, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
-        (128, LaunchConfig(128, 128, num_warps=8, num_stages=3)),
-        (256, LaunchConfig(64, 32, num_warps=8, num_stages=2)),
-    ),
+    "fwd": _HOPPER_FORWARD,
     # With dropout the 128x128 forward needs 240 KB of shared memory at 3 stages (the
     # keep-mask tiles add theirs; the standard tier's dropout cases failed to launch):
-    # 2 stages (452 / 424 TFLOP/s without dropout).
-    "fwd.dropout": table(
-        (64, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
-        (128, LaunchConfig(128, 128, num_warps=8, num_stages=2)),
-        (256, LaunchConfig(64, 32, num_warps=8, num_stages=2)),
-    ),
+    # 2 stages there (452 / 424 TFLOP/s without dropout), the other rows unchanged.
+    "fwd.dropout": LaunchTable(tuple((bound, replace(config, num_stages=2) if bound == 128 else config)
+                                     for bound, config in _HOPPER_FORWARD.rows)),
     "bwd_dkdv": table(
         (64, LaunchConfig(128, 64, num_warps=4, num_stages=2)),
         (128, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
-        (256, LaunchConfig(32, 32, num_warps=8, num_stages=1)),
+        CUDA_LAUNCH["bwd_dkdv"].rows[-1],
     ),
     "bwd_dq": table(
         (64, LaunchConfig(128, 64, num_warps=4, num_stages=3)),
         (128, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
-        (256, LaunchConfig(32, 32, num_warps=8, num_stages=1)),
+        CUDA_LAUNCH["bwd_dq"].rows[-1],
     ),
 }
 

@@ -92,9 +92,10 @@ def _row_sizes_squared(do: Tensor, out: Tensor, out_dtype: torch.dtype) -> Tenso
     return (do * out * rounded).square().sum(dim=-1, keepdim=True).div_(3.0).reshape(n, g * rows, 1)
 
 
-def _sum_noise_squared(x: Tensor, dim: int = -1) -> Tensor:
-    """(D + 1) / 6 * sum_d x_d^2: the variance / u^2 of a D-term fp32 sum's rounding (module doc)."""
-    return x.square().sum(dim=dim, keepdim=True).mul_((x.shape[dim] + 1) / 6.0)
+def _sum_noise_factor(terms: int) -> float:
+    """(D + 1) / 6: the variance / u^2 of a D-term fp32 sum's rounding, per unit of sum_d x_d^2
+    (module doc)."""
+    return (terms + 1) / 6.0
 
 
 class _RowNoise(NamedTuple):
@@ -109,9 +110,9 @@ class _RowNoise(NamedTuple):
 def _row_noise(do: Tensor, out: Tensor, v: Tensor, out_dtype: torch.dtype, keep_scale: float) -> _RowNoise:
     n, g, rows, d = do.shape
     do2 = do.reshape(n, g * rows, d)
-    a = torch.matmul(do2.square(), v.square().mT).mul_((d + 1) / 6.0 * keep_scale ** 2)
-    return _RowNoise(_row_sizes_squared(do, out, out_dtype),
-                     a, _sum_noise_squared(do2 * out.reshape(n, g * rows, d)))
+    a = torch.matmul(do2.square(), v.square().mT).mul_(_sum_noise_factor(d) * keep_scale ** 2)
+    b = (do2 * out.reshape(n, g * rows, d)).square().sum(dim=-1, keepdim=True).mul_(_sum_noise_factor(d))
+    return _RowNoise(_row_sizes_squared(do, out, out_dtype), a, b)
 
 
 def _block_terms(p: Tensor, q: Tensor, k: Tensor, noise: _RowNoise):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernels.targets import FP8, HEAD_DIMS, HIGH_PRECISION, Target
-from kernels.tuning import KERNELS, LaunchConfig, LaunchTable, launch_tables
+from kernels.tuning import KERNELS, LaunchConfig, LaunchTable, launch_config, launch_tables
 
 __all__ = ["FP8", "HEAD_DIMS", "HIGH_PRECISION", "KERNELS", "KIB", "BackendProfile", "LaunchConfig",
            "LaunchTable"]
@@ -76,8 +76,6 @@ class BackendProfile:
 
     def launch_config(self, kernel: str, head_dim: int, dtype: str = "fp16") -> LaunchConfig:
         """Launch config of `kernel` for a (padded) head dim and input dtype name."""
-        from kernels.tuning import launch_config
-
         return launch_config(kernel, head_dim, dtype, self.target)
 
     def register_budget(self, num_warps: int) -> int | None:
@@ -97,8 +95,9 @@ class BackendProfile:
 
     def unsupported_reason(self, dtype: str, head_dim: int) -> str | None:
         """Why this backend cannot run a case, or None if it can."""
-        if dtype not in self.dtypes:
-            return self.dtype_unsupported_reason(dtype)
+        dtype_reason = self.dtype_unsupported_reason(dtype)
+        if dtype_reason:
+            return dtype_reason
         if head_dim not in self.head_dims:
             dims = ", ".join(str(d) for d in self.head_dims)
             return f"head_dim {head_dim} not supported on {self.key} (supported: {dims})"

@@ -15,10 +15,9 @@ from conformance.judging import verdicts
 from conformance.judging.verdicts import run_failed
 from conformance.running import run_options
 from conformance.running.implementations import Implementations
+from conformance.running.plugin import SUITE_PATH
 from conformance.running.results import default_run_dir
 from conformance.usage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, backend_profile
-
-SUITE_PATH = Path(__file__).resolve().parent.parent / "suite.py"
 
 
 def _selection(tier: str, case_ids: list[str], profile) -> tuple[str, list]:
