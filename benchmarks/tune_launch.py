@@ -2,6 +2,7 @@
 
     python benchmarks/tune_launch.py [--kernel fwd|bwd_dkdv|bwd_dq] [--head-dims 64,128]
                                      [--seq-len 8192] [--dtype fp16] [--out FILE]
+                                     [--block-m 64,128] [--block-n ...] [--warps ...] [--stages ...]
 
 For each head dim and causal mode, every (BLOCK_M, BLOCK_N, num_warps, num_stages) of
 the grid below replaces that kernel's launch table for the current target, and the
@@ -33,6 +34,7 @@ from kernels import targets, tuning  # noqa: E402
 
 GRID = dict(block_m=(64, 128), block_n=(64, 128), num_warps=(4, 8), num_stages=(2, 3, 4))
 BACKWARD_GRID = dict(GRID, num_stages=(2, 3))  # the backward's loops hold more tiles
+AXIS_FLAGS = dict(block_m="block-m", block_n="block-n", num_warps="warps", num_stages="stages")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -68,14 +70,18 @@ def main(argv=None) -> int:
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
     parser.add_argument("--out", type=pathlib.Path)
+    for axis in GRID:
+        parser.add_argument("--" + AXIS_FLAGS[axis], dest=axis, help=f"values of {axis} (default: the built-in grid)")
     args = parser.parse_args(argv)
+    grid = dict(GRID if args.kernel == "fwd" else BACKWARD_GRID)
+    grid.update({axis: tuple(int(x) for x in getattr(args, axis).split(",")) for axis in GRID if getattr(args, axis)})
     if not torch.cuda.is_available():
         print("tune_launch: needs a GPU", file=sys.stderr)
         return 2
     out = open(args.out, "w", encoding="utf-8") if args.out else None
     for d, causal in itertools.product((int(x) for x in args.head_dims.split(",")), (False, True)):
         rows = []
-        for bm, bn, warps, stages in itertools.product(*(GRID if args.kernel == "fwd" else BACKWARD_GRID).values()):
+        for bm, bn, warps, stages in itertools.product(*grid.values()):
             config = tuning.LaunchConfig(bm, bn, num_warps=warps, num_stages=stages)
             try:
                 tflops, error = measure(args.kernel, config, d, args.seq_len, causal, DTYPES[args.dtype]), ""

@@ -132,17 +132,24 @@ def mma(a, b, acc, INTERPRETED: tl.constexpr):
 
 
 @triton.jit
-def visible(rows, cols, seq_q, seq_k, CAUSAL: tl.constexpr):
-    """Mask of (query row, key col) pairs that take part in attention.
+def pair_visible(row, col, seq_q, seq_k, CAUSAL: tl.constexpr):
+    """Whether query `row` and key `col` take part in attention, for broadcastable index
+    tensors (rows[:, None] and cols[None, :] for a [M, N] tile, the transposes for [N, M]).
 
     Causal masking is bottom-right aligned, as in FlashAttention-2 >= 2.1: key j is
     visible to query i iff j <= i + (seq_k - seq_q).  With seq_q > seq_k the first
     rows then see no key at all; they produce output 0 and log-normalizer -inf.
     """
-    mask = (rows[:, None] < seq_q) & (cols[None, :] < seq_k)
+    mask = (row < seq_q) & (col < seq_k)
     if CAUSAL:
-        mask = mask & (cols[None, :] <= rows[:, None] + (seq_k - seq_q))
+        mask = mask & (col <= row + (seq_k - seq_q))
     return mask
+
+
+@triton.jit
+def visible(rows, cols, seq_q, seq_k, CAUSAL: tl.constexpr):
+    """Mask of the (query row, key col) pairs of a [M, N] tile that take part in attention."""
+    return pair_visible(rows[:, None], cols[None, :], seq_q, seq_k, CAUSAL)
 
 
 @triton.jit
@@ -170,6 +177,21 @@ def causal_query_start(col_start, seq_q, seq_k, BLOCK_M: tl.constexpr, CAUSAL: t
         first_row = tl.maximum(col_start - (seq_k - seq_q), 0)
         return (first_row // BLOCK_M) * BLOCK_M
     return 0
+
+
+@triton.jit
+def first_unmasked_row(col_start, seq_q, seq_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       CAUSAL: tl.constexpr):
+    """The dK/dV mirror of off_band_end: the first query-block start (a multiple of
+    BLOCK_M) from which every row sees the whole key tile [col_start, col_start + BLOCK_N):
+    0 if not causal, past the tile's diagonal if causal, and seq_q (no unmasked rows) for
+    the ragged last key tile, whose padding keys only a mask keeps out."""
+    if CAUSAL:
+        first_row = tl.maximum(col_start + BLOCK_N - 1 - (seq_k - seq_q), 0)
+        start = tl.cdiv(first_row, BLOCK_M) * BLOCK_M
+    else:
+        start = col_start * 0
+    return tl.where(col_start + BLOCK_N <= seq_k, start, seq_q)
 
 
 @triton.jit
@@ -237,10 +259,17 @@ def finished_rows(acc, row_max, row_sum, sm_scale):
 
 
 @triton.jit
+def times_transposed(a, b, INTERPRETED: tl.constexpr):
+    """a @ b^T of a [M, D] and an [N, D] tile, fp32: scores (q, k), dP (dO, V), and in a
+    dK/dV program their transposes (k, q), (V, dO)."""
+    zero = tl.zeros((a.shape[0], b.shape[0]), dtype=tl.float32)
+    return mma(a, tl.trans(b), zero, INTERPRETED)
+
+
+@triton.jit
 def raw_scores(q, k, INTERPRETED: tl.constexpr):
     """Unscaled scores q @ k^T of a [M, D] and an [N, D] tile, fp32."""
-    zero = tl.zeros((q.shape[0], k.shape[0]), dtype=tl.float32)
-    return mma(q, tl.trans(k), zero, INTERPRETED)
+    return times_transposed(q, k, INTERPRETED)
 
 
 @triton.jit
@@ -250,10 +279,10 @@ def scores(q, k, qk_scale, INTERPRETED: tl.constexpr):
 
 
 @triton.jit
-def probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale,
-                  CAUSAL: tl.constexpr, INTERPRETED: tl.constexpr):
-    """Normalised attention probabilities of a tile, rebuilt from the stored natural-log
-    normalizer `lse` (-inf for rows that see no key, which yields 0, as do invisible pairs).
+def normalised(raw, lse, sm_scale):
+    """Attention probabilities exp(raw * sm_scale - lse) of unscaled fp32 scores, rebuilt
+    from the stored natural-log normalizer `lse`, broadcast to raw's shape (-inf for rows
+    that see no key, which yields 0).
 
     The exponent s * sm_scale - lse is one fused multiply-add, rounded once, and only
     that small difference is scaled by log2(e).  Scaling first (s * sm_scale * log2(e) -
@@ -264,28 +293,51 @@ def probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale,
     ulp of |s * sm_scale|: at softmax inputs near -1000 (`negative:1000`) the fp16 total
     attention was 2.4x torch's error on an H100."""
     finite_lse = tl.where(lse == float("-inf"), float("inf"), lse)
-    exponent = tl.math.fma(raw_scores(q, k, INTERPRETED), sm_scale, -finite_lse[:, None])
-    p = tl.math.exp2(exponent * LOG2_E)
-    return tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), p, 0.0)
+    return tl.math.exp2(tl.math.fma(raw, sm_scale, -finite_lse) * LOG2_E)
+
+
+@triton.jit
+def probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale,
+                  CAUSAL: tl.constexpr, MASKED: tl.constexpr, INTERPRETED: tl.constexpr):
+    """The [M, N] tile of normalised probabilities P of query tile q and key tile k.
+
+    MASKED=False skips the visibility mask: for tiles wholly inside the keys and the
+    causal window.  Query rows past seq_q need no mask either way: their lse reads -inf."""
+    p = normalised(raw_scores(q, k, INTERPRETED), lse[:, None], sm_scale)
+    if MASKED:
+        p = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), p, 0.0)
+    return p
+
+
+@triton.jit
+def transposed_probabilities(k, q, lse, cols, rows, seq_q, seq_k, sm_scale,
+                             CAUSAL: tl.constexpr, MASKED: tl.constexpr, INTERPRETED: tl.constexpr):
+    """probabilities as the [N, M] tile P^T, computed as k @ q^T: a dK/dV program's
+    products P^T dO and dS^T Q then take it as their left operand as it is, where
+    transposing a [M, N] tile held in registers would cost a trip through shared memory."""
+    p = normalised(times_transposed(k, q, INTERPRETED), lse[None, :], sm_scale)
+    if MASKED:
+        p = tl.where(pair_visible(rows[None, :], cols[:, None], seq_q, seq_k, CAUSAL), p, 0.0)
+    return p
 
 
 @triton.jit
 def value_gradient(do, v, INTERPRETED: tl.constexpr):
     """dP = dO @ V^T of a tile, fp32: the gradient of the weights that multiplied V."""
-    zero = tl.zeros((do.shape[0], v.shape[0]), dtype=tl.float32)
-    return mma(do, tl.trans(v), zero, INTERPRETED)
+    return times_transposed(do, v, INTERPRETED)
 
 
 @triton.jit
 def softmax_gradient(p, dp, delta):
-    """dS = P * (dP - delta), fp32: the softmax backward of one tile."""
-    return p * (dp - delta[:, None])
+    """dS = P * (dP - delta), fp32: the softmax backward of one tile, for delta (one value
+    per query row) broadcast to the tile's shape."""
+    return p * (dp - delta)
 
 
 @triton.jit
 def score_gradient(p, do, v, delta, INTERPRETED: tl.constexpr):
-    """dS = P * (dO @ V^T - delta), fp32: the softmax backward of one tile."""
-    return softmax_gradient(p, value_gradient(do, v, INTERPRETED), delta)
+    """dS = P * (dO @ V^T - delta), fp32, of a [M, N] tile."""
+    return softmax_gradient(p, value_gradient(do, v, INTERPRETED), delta[:, None])
 
 
 @triton.jit

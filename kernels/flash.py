@@ -84,11 +84,11 @@ def _backward(q, k, v, out, lse, do, causal: bool, sm_scale: float, dropout: Dro
     launch(dkdv_kernel, triton.cdiv(seq_k, dkdv["BLOCK_N"]), batch * kv_heads,
            q, k, v, do, lse, delta, dk, dv, sm_scale,
            *inputs, *dk.stride(), *dv.stride(),
-           heads, kv_heads, group, *shapes, *drop_args, **common, **dkdv)
+           heads, kv_heads, group, *shapes, *drop_args, STAGES=dkdv["num_stages"], **common, **dkdv)
     dqk = launch_kwargs("bwd_dq", block_d, q.dtype)
     launch(dq_kernel, triton.cdiv(seq_q, dqk["BLOCK_M"]), batch * heads,
            q, k, v, do, lse, delta, dq, sm_scale,
-           *inputs, *dq.stride(), heads, group, *shapes, *drop_args, **common, **dqk)
+           *inputs, *dq.stride(), heads, group, *shapes, *drop_args, STAGES=dqk["num_stages"], **common, **dqk)
     return dq, dk, dv
 
 

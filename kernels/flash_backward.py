@@ -12,7 +12,13 @@ results, at the price of recomputing the probabilities twice.
     dQ_i    = sm_scale sum_j dS_ij K_j
 
 With GQA, one dK/dV program owns a kv head and loops over the query heads that
-share it, so the sum over the group happens in registers.
+share it, so the sum over the group happens in registers.  A dK/dV program works on
+transposed tiles (P^T = K Q^T, [keys, queries]), so its products dV += P^T dO and
+dK += dS^T Q take them as left operands without a transpose in registers.
+
+Both kernels split their loop as the forward does: the tiles that need a mask (the
+causal diagonal band, the ragged ends) run apart from the unmasked rest, in the same
+order, so the split changes no sum.
 
 With dropout (keep mask Z, keep_scale c = 1/(1-p)), the forward computed
 O = c (Z*P) V, so dV_j = c sum_i Z_ij P_ij dO_i (c applied once to the fp32
@@ -28,16 +34,20 @@ from kernels.blocks import (
     causal_query_start,
     dropout_keep,
     dropped_value_gradient,
+    first_unmasked_row,
     head_offset,
     load_head_tile,
     load_row_stat,
     load_tile,
     mma,
     narrow,
+    off_band_end,
     program_coordinates,
     probabilities,
     softmax_gradient,
     store_tile,
+    times_transposed,
+    transposed_probabilities,
     value_gradient,
 )
 
@@ -62,6 +72,39 @@ def delta_kernel(
     tl.store(DELTA + batch_head.to(tl.int64) * seq_q + rows, delta, mask=rows < seq_q)
 
 
+@triton.jit
+def dkdv_over_rows(dk, dv, k, v, q_base, do_base, lse_base, delta_base, cols, dims, col_start,
+                   row_first, row_stop, stride_qm, stride_qd, stride_dom, stride_dod,
+                   seq_q, seq_k, head_dim, sm_scale, seed_lo, seed_hi, drop_threshold, keep_scale,
+                   batch_head, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MASKED: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
+                   INTERPRETED: tl.constexpr):
+    """Add the query tiles [row_first, row_stop) of one head to the fp32 dK, dV of a key
+    tile: returns (dk, dv).  MASKED=False: every pair visible and every row inside seq_q
+    (no mask, no bound check on the rows)."""
+    for row_start in tl.range(row_first, row_stop, BLOCK_M, num_stages=STAGES):
+        rows = row_start + tl.arange(0, BLOCK_M)
+        query_rows = seq_q if MASKED else row_start + BLOCK_M
+        q = load_tile(q_base, rows, dims, stride_qm, stride_qd, query_rows, head_dim)
+        do = load_tile(do_base, rows, dims, stride_dom, stride_dod, query_rows, head_dim)
+        lse = load_row_stat(lse_base, rows, query_rows, float("-inf"))
+        delta = load_row_stat(delta_base, rows, query_rows, 0.0)
+
+        p_t = transposed_probabilities(k, q, lse, cols, rows, seq_q, seq_k, sm_scale,
+                                       CAUSAL, MASKED, INTERPRETED)
+        dp_t = times_transposed(v, do, INTERPRETED)  # dP^T = V dO^T
+        p_used = p_t  # the weights as they multiplied V in the forward
+        if DROPOUT:
+            keep = tl.trans(dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, col_start, BLOCK_N))
+            p_used = tl.where(keep, p_t, 0.0)
+            dp_t = dropped_value_gradient(dp_t, keep, keep_scale)
+        dv = mma(narrow(p_used, do.dtype, INTERPRETED), do, dv, INTERPRETED)
+        ds_t = softmax_gradient(p_t, dp_t, delta[None, :])
+        # dS is rounded to the input dtype for the product, like P in the forward.
+        dk = mma(narrow(ds_t, q.dtype, INTERPRETED), q, dk, INTERPRETED)
+    return dk, dv
+
+
 @triton.jit(do_not_specialize=["num_heads", "num_kv_heads", "group_size", "seq_q", "seq_k",
                                "seed_lo", "seed_hi", "drop_threshold", "first_batch_head"])
 def dkdv_kernel(
@@ -78,7 +121,7 @@ def dkdv_kernel(
     first_batch_head,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    INTERPRETED: tl.constexpr,
+    STAGES: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     block_n, _, batch, kv_head, _ = program_coordinates(num_kv_heads, 1, first_batch_head)
     col_start = block_n * BLOCK_N
@@ -89,31 +132,34 @@ def dkdv_kernel(
     dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
 
+    # Query tiles in order: the causal band (masked), the rows that see the whole key
+    # tile (unmasked), the ragged last query tile (masked).
     query_start = causal_query_start(col_start, seq_q, seq_k, BLOCK_M, CAUSAL)
+    unmasked_start = first_unmasked_row(col_start, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
+    full_rows_end = (seq_q // BLOCK_M) * BLOCK_M
+    tail_start = tl.maximum(unmasked_start, full_rows_end)
     for member in range(0, group_size):
         head = kv_head * group_size + member
         q_base = Q + head_offset(batch, head, stride_qb, stride_qh)
         do_base = DO + head_offset(batch, head, stride_dob, stride_doh)
         batch_head = batch * num_heads + head
-        stats = batch_head.to(tl.int64) * seq_q
-        for row_start in range(query_start, seq_q, BLOCK_M):
-            rows = row_start + tl.arange(0, BLOCK_M)
-            q = load_tile(q_base, rows, dims, stride_qm, stride_qd, seq_q, head_dim)
-            do = load_tile(do_base, rows, dims, stride_dom, stride_dod, seq_q, head_dim)
-            lse = load_row_stat(LSE + stats, rows, seq_q, float("-inf"))
-            delta = load_row_stat(DELTA + stats, rows, seq_q, 0.0)
-
-            p = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, CAUSAL, INTERPRETED)
-            dp = value_gradient(do, v, INTERPRETED)
-            p_used = p  # the weights as they multiplied V in the forward
-            if DROPOUT:
-                keep = dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, col_start, BLOCK_N)
-                p_used = tl.where(keep, p, 0.0)
-                dp = dropped_value_gradient(dp, keep, keep_scale)
-            dv = mma(tl.trans(narrow(p_used, do.dtype, INTERPRETED)), do, dv, INTERPRETED)
-            ds = softmax_gradient(p, dp, delta)
-            # dS is rounded to the input dtype for the product, like P in the forward.
-            dk = mma(tl.trans(narrow(ds, q.dtype, INTERPRETED)), q, dk, INTERPRETED)
+        lse_base = LSE + batch_head.to(tl.int64) * seq_q
+        delta_base = DELTA + batch_head.to(tl.int64) * seq_q
+        dk, dv = dkdv_over_rows(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, cols, dims, col_start,
+            query_start, tl.minimum(unmasked_start, seq_q), stride_qm, stride_qd, stride_dom, stride_dod,
+            seq_q, seq_k, head_dim, sm_scale, seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
+            CAUSAL, DROPOUT, True, BLOCK_M, BLOCK_N, STAGES, INTERPRETED)
+        dk, dv = dkdv_over_rows(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, cols, dims, col_start,
+            unmasked_start, full_rows_end, stride_qm, stride_qd, stride_dom, stride_dod,
+            seq_q, seq_k, head_dim, sm_scale, seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
+            CAUSAL, DROPOUT, False, BLOCK_M, BLOCK_N, STAGES, INTERPRETED)
+        dk, dv = dkdv_over_rows(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, cols, dims, col_start,
+            tail_start, seq_q, stride_qm, stride_qd, stride_dom, stride_dod,
+            seq_q, seq_k, head_dim, sm_scale, seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
+            CAUSAL, DROPOUT, True, BLOCK_M, BLOCK_N, STAGES, INTERPRETED)
 
     store_tile(DK + head_offset(batch, kv_head, stride_dkb, stride_dkh),
                dk * sm_scale, cols, dims, stride_dkn, stride_dkd, seq_k, head_dim, INTERPRETED)
@@ -121,6 +167,29 @@ def dkdv_kernel(
         dv = dv * keep_scale
     store_tile(DV + head_offset(batch, kv_head, stride_dvb, stride_dvh),
                dv, cols, dims, stride_dvn, stride_dvd, seq_k, head_dim, INTERPRETED)
+
+
+@triton.jit
+def dq_over_keys(dq, q, do, lse, delta, k_base, v_base, rows, dims, key_first, key_stop,
+                 stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale,
+                 seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
+                 CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MASKED: tl.constexpr,
+                 BLOCK_N: tl.constexpr, STAGES: tl.constexpr, INTERPRETED: tl.constexpr):
+    """Add the key tiles [key_first, key_stop) to the fp32 dQ of a query tile.
+    MASKED=False: every pair visible and every key inside seq_k."""
+    for key_start in tl.range(key_first, key_stop, BLOCK_N, num_stages=STAGES):
+        cols = key_start + tl.arange(0, BLOCK_N)
+        key_rows = seq_k if MASKED else key_start + BLOCK_N
+        k = load_tile(k_base, cols, dims, stride_kn, stride_kd, key_rows, head_dim)
+        v = load_tile(v_base, cols, dims, stride_vn, stride_vd, key_rows, head_dim)
+        p = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, CAUSAL, MASKED, INTERPRETED)
+        dp = value_gradient(do, v, INTERPRETED)
+        if DROPOUT:
+            keep = dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, key_start, BLOCK_N)
+            dp = dropped_value_gradient(dp, keep, keep_scale)
+        ds = softmax_gradient(p, dp, delta[:, None])
+        dq = mma(narrow(ds, k.dtype, INTERPRETED), k, dq, INTERPRETED)
+    return dq
 
 
 @triton.jit(do_not_specialize=["num_heads", "group_size", "seq_q", "seq_k",
@@ -138,7 +207,7 @@ def dq_kernel(
     first_batch_head,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    INTERPRETED: tl.constexpr,
+    STAGES: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
                                                                     first_batch_head)
@@ -154,18 +223,17 @@ def dq_kernel(
     v_base = V + head_offset(batch, kv_head, stride_vb, stride_vh)
     dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
 
+    # Off-band key tiles (unmasked), then the causal band and the ragged last key tile.
+    band_start = off_band_end(block_m * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
     key_end = causal_key_end((block_m + 1) * BLOCK_M, seq_q, seq_k, CAUSAL)
-    for key_start in range(0, key_end, BLOCK_N):
-        cols = key_start + tl.arange(0, BLOCK_N)
-        k = load_tile(k_base, cols, dims, stride_kn, stride_kd, seq_k, head_dim)
-        v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
-        p = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, CAUSAL, INTERPRETED)
-        dp = value_gradient(do, v, INTERPRETED)
-        if DROPOUT:
-            keep = dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, key_start, BLOCK_N)
-            dp = dropped_value_gradient(dp, keep, keep_scale)
-        ds = softmax_gradient(p, dp, delta)
-        dq = mma(narrow(ds, k.dtype, INTERPRETED), k, dq, INTERPRETED)
+    dq = dq_over_keys(dq, q, do, lse, delta, k_base, v_base, rows, dims, 0, band_start,
+                      stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale,
+                      seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
+                      CAUSAL, DROPOUT, False, BLOCK_N, STAGES, INTERPRETED)
+    dq = dq_over_keys(dq, q, do, lse, delta, k_base, v_base, rows, dims, band_start, key_end,
+                      stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale,
+                      seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
+                      CAUSAL, DROPOUT, True, BLOCK_N, STAGES, INTERPRETED)
 
     store_tile(DQ + head_offset(batch, head, stride_dqb, stride_dqh),
                dq * sm_scale, rows, dims, stride_dqm, stride_dqd, seq_q, head_dim, INTERPRETED)

@@ -20,6 +20,7 @@ from kernels.blocks import (
     load_tile,
     mma,
     narrow,
+    normalised,
     program_coordinates,
     score_gradient,
     store_tile,
@@ -29,7 +30,6 @@ from kernels.piecewise_blocks import (
     band_part,
     near_pairs,
     piecewise_raw_scores,
-    probabilities_from_raw,
 )
 
 
@@ -82,7 +82,7 @@ def piecewise_dkdv_kernel(
 
             near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
             s = piecewise_raw_scores(q1, k1, q2, k2, near, INTERPRETED)
-            p = probabilities_from_raw(s, lse, visible(rows, cols, seq_q, seq_k, CAUSAL), sm_scale)
+            p = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), normalised(s, lse[:, None], sm_scale), 0.0)
             dv = mma(tl.trans(narrow(p, do.dtype, INTERPRETED)), do, dv, INTERPRETED)
             ds = score_gradient(p, do, v, delta, INTERPRETED)
             dk1 = mma(tl.trans(band_part(ds, near, True, q1.dtype, INTERPRETED)), q1, dk1,
@@ -142,7 +142,7 @@ def piecewise_dq_kernel(
         v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
         near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
         s = piecewise_raw_scores(q1, k1, q2, k2, near, INTERPRETED)
-        p = probabilities_from_raw(s, lse, visible(rows, cols, seq_q, seq_k, CAUSAL), sm_scale)
+        p = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), normalised(s, lse[:, None], sm_scale), 0.0)
         ds = score_gradient(p, do, v, delta, INTERPRETED)
         dq1 = mma(band_part(ds, near, True, k1.dtype, INTERPRETED), k1, dq1, INTERPRETED)
         dq2 = mma(band_part(ds, near, False, k2.dtype, INTERPRETED), k2, dq2, INTERPRETED)

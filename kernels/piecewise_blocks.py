@@ -10,7 +10,7 @@ signed, as FlagAttention's is: keys after pos(i) are always near.
 import triton
 import triton.language as tl
 
-from kernels.blocks import LOG2_E, mma, narrow, online_softmax_weights, raw_scores
+from kernels.blocks import mma, narrow, online_softmax_weights, raw_scores
 
 
 @triton.jit
@@ -43,19 +43,6 @@ def online_softmax_step(s, v, row_max, row_sum, row_sum_error, acc, qk_scale,
         s, row_max, row_sum, row_sum_error, qk_scale)
     acc = mma(narrow(p, v.dtype, INTERPRETED), v, acc * rescale[:, None], INTERPRETED)
     return row_max, row_sum, row_sum_error, acc
-
-
-@triton.jit
-def probabilities_from_raw(s, lse, visible_mask, sm_scale):
-    """Normalised probabilities of a tile of raw scores s, rebuilt from the stored
-    natural-log normalizer (-inf for rows that see no key): zero off visible_mask.
-
-    The arithmetic of blocks.probabilities after its raw_scores, so the extreme
-    thresholds match flash_attention bit for bit: the exponent s * sm_scale - lse
-    is formed at natural-log scale and only the small difference is scaled."""
-    finite_lse = tl.where(lse == float("-inf"), float("inf"), lse)
-    p = tl.math.exp2((s * sm_scale - finite_lse[:, None]) * LOG2_E)
-    return tl.where(visible_mask, p, 0.0)
 
 
 @triton.jit

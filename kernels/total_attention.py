@@ -56,7 +56,7 @@ def total_attention_kernel(
         q = load_tile(q_base, rows, dims, stride_qm, stride_qd, seq_q, head_dim)
         # Rows that see no key have lse = -inf, hence P = 0: they add nothing.
         lse = load_row_stat(stats, rows, seq_q, float("-inf"))
-        p = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, CAUSAL, INTERPRETED)
+        p = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, CAUSAL, True, INTERPRETED)
         total, total_error = compensated_add(total, total_error, pairwise_column_sums(p))
 
     tl.store(TOTAL + batch_head.to(tl.int64) * seq_k + cols, total, mask=cols < seq_k)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mutants.transform import Edit, Mutant
 
-_VISIBLE_CAUSAL = "mask = mask & (cols[None, :] <= rows[:, None] + (seq_k - seq_q))"
+_VISIBLE_CAUSAL = "mask = mask & (col <= row + (seq_k - seq_q))"
 _FORWARD = "flash_forward.py"
 _BACKWARD = "flash_backward.py"
 
@@ -46,14 +46,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("causal_off_by_one",
            "causal mask off by one: the diagonal key (j = i + Sk - Sq) is hidden (< instead of <=)",
            (Edit("blocks.py", _VISIBLE_CAUSAL,
-                 "mask = mask & (cols[None, :] < rows[:, None] + (seq_k - seq_q))"),)),
+                 "mask = mask & (col < row + (seq_k - seq_q))"),)),
     Mutant("causal_top_left",
            "causal mask aligned top-left instead of bottom-right (wrong only when Sq != Sk)",
-           (Edit("blocks.py", _VISIBLE_CAUSAL, "mask = mask & (cols[None, :] <= rows[:, None])"),)),
+           (Edit("blocks.py", _VISIBLE_CAUSAL, "mask = mask & (col <= row)"),)),
     Mutant("ragged_keys_unmasked",
            "ragged sequence end: keys past Sk (the zero padding of the last tile) are not masked",
-           (Edit("blocks.py", "mask = (rows[:, None] < seq_q) & (cols[None, :] < seq_k)",
-                 "mask = rows[:, None] < seq_q"),)),
+           (Edit("blocks.py", "mask = (row < seq_q) & (col < seq_k)", "mask = row < seq_q"),)),
     Mutant("no_accumulator_rescale",
            "online softmax: the output accumulator is not rescaled when the running max grows",
            (Edit(_FORWARD, "v, acc * rescale[:, None], INTERPRETED)", "v, acc, INTERPRETED)"),)),
@@ -71,9 +70,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "dropout: kept weights not rescaled by 1/(1-p)",
            (Edit("dropout.py", "return 1.0 / (1.0 - self.p)", "return 1.0"),)),
     Mutant("dkdv_block_lost",
-           "dK/dV partial sums of one query block lost (the dK/dV loop starts one block late)",
-           (Edit(_BACKWARD, "for row_start in range(query_start, seq_q, BLOCK_M):",
-                 "for row_start in range(query_start + BLOCK_M, seq_q, BLOCK_M):"),)),
+           "dK/dV partial sums of one query block lost (the unmasked dK/dV loop starts one block late)",
+           (Edit(_BACKWARD, "            unmasked_start, full_rows_end,",
+                 "            unmasked_start + BLOCK_M, full_rows_end,"),)),
     Mutant("gqa_heads_interleaved",
            "GQA head mapping wrong: query head h reads kv head h mod Hkv instead of h // (H/Hkv)",
            (Edit("blocks.py", "return block, batch_head, batch, head, head // group_size",
@@ -99,7 +98,7 @@ MUTANTS: tuple[Mutant, ...] = (
                  "keep = dropout_keep(seed_hi, seed_lo, drop_threshold, batch_head, rows, key_start,"),)),
     Mutant("softmax_grad_no_delta",
            "softmax backward drops the row term: dS = P * dP instead of P * (dP - delta)",
-           (Edit("blocks.py", "return p * (dp - delta[:, None])", "return p * dp"),)),
+           (Edit("blocks.py", "return p * (dp - delta)", "return p * dp"),)),
     Mutant("dq_unscaled",
            "dQ misses the softmax scale (chain rule through s = scale * q.k)",
            (Edit(_BACKWARD, "dq * sm_scale, rows, dims, stride_dqm", "dq, rows, dims, stride_dqm"),)),
