@@ -32,9 +32,10 @@ import triton  # noqa: E402
 import kernels  # noqa: E402
 from kernels import targets, tuning  # noqa: E402
 
-GRID = dict(block_m=(64, 128), block_n=(64, 128), num_warps=(4, 8), num_stages=(2, 3, 4))
+GRID = dict(block_m=(64, 128), block_n=(64, 128), num_warps=(4, 8), num_stages=(2, 3, 4), descriptors=(False,))
 BACKWARD_GRID = dict(GRID, num_stages=(2, 3))  # the backward's loops hold more tiles
-AXIS_FLAGS = dict(block_m="block-m", block_n="block-n", num_warps="warps", num_stages="stages")
+AXIS_FLAGS = dict(block_m="block-m", block_n="block-n", num_warps="warps", num_stages="stages",
+                  descriptors="descriptors")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -81,8 +82,8 @@ def main(argv=None) -> int:
     out = open(args.out, "w", encoding="utf-8") if args.out else None
     for d, causal in itertools.product((int(x) for x in args.head_dims.split(",")), (False, True)):
         rows = []
-        for bm, bn, warps, stages in itertools.product(*grid.values()):
-            config = tuning.LaunchConfig(bm, bn, num_warps=warps, num_stages=stages)
+        for values in itertools.product(*grid.values()):
+            config = tuning.LaunchConfig(**dict(zip(grid, values)))
             try:
                 tflops, error = measure(args.kernel, config, d, args.seq_len, causal, DTYPES[args.dtype]), ""
             except Exception as exc:  # out of resources and the like: recorded, not fatal
@@ -96,7 +97,8 @@ def main(argv=None) -> int:
         rows.sort(key=lambda line: -(line["tflops"] or 0))
         print(f"\n{args.kernel} D={d} {'causal' if causal else 'non-causal'} S={args.seq_len} {args.dtype}")
         for line in rows[:8] + [line for line in rows if line["error"]][:3]:
-            print(f"  m{line['block_m']:>3} n{line['block_n']:>3} w{line['num_warps']} s{line['num_stages']}  "
+            print(f"  m{line['block_m']:>3} n{line['block_n']:>3} w{line['num_warps']} s{line['num_stages']}"
+                  f"{' tma' if line.get('descriptors') else '    '}  "
                   f"{line['tflops'] or 0:7.1f} TFLOP/s {line['error']}")
     return 0
 

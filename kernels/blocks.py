@@ -57,6 +57,29 @@ def load_tile(base, rows, cols, stride_row, stride_col, n_rows, n_cols):
 
 
 @triton.jit
+def tile_source(base, n_rows, n_cols, stride_row, BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
+                DESCRIPTORS: tl.constexpr):
+    """What a loop streams [BLOCK_ROWS, BLOCK_D] tiles of a [n_rows, n_cols] slice from:
+    its base pointer, or (DESCRIPTORS) a tensor descriptor, whose loads go through
+    Hopper's tensor memory accelerator and read 0 outside the slice, as load_tile's
+    masked loads do.  The head-dim stride must be 1 (kernels.launch checks it)."""
+    if DESCRIPTORS:
+        return tl.make_tensor_descriptor(base, shape=[n_rows, n_cols], strides=[stride_row, 1],
+                                         block_shape=[BLOCK_ROWS, BLOCK_D])
+    return base
+
+
+@triton.jit
+def load_rows(source, first_row, rows, cols, stride_row, stride_col, n_rows, n_cols,
+              DESCRIPTORS: tl.constexpr):
+    """The tile of rows `rows` (= first_row + arange) of a tile_source; with pointers,
+    load_tile's bounds (n_rows, n_cols), with a descriptor the slice's own."""
+    if DESCRIPTORS:
+        return source.load([first_row, 0])
+    return load_tile(source, rows, cols, stride_row, stride_col, n_rows, n_cols)
+
+
+@triton.jit
 def store_tile(base, tile, rows, cols, stride_row, stride_col, n_rows, n_cols,
                INTERPRETED: tl.constexpr):
     """Store tile to base[rows, cols], rounded to the destination dtype, skipping padding."""
@@ -132,24 +155,17 @@ def mma(a, b, acc, INTERPRETED: tl.constexpr):
 
 
 @triton.jit
-def pair_visible(row, col, seq_q, seq_k, CAUSAL: tl.constexpr):
-    """Whether query `row` and key `col` take part in attention, for broadcastable index
-    tensors (rows[:, None] and cols[None, :] for a [M, N] tile, the transposes for [N, M]).
+def visible(rows, cols, seq_q, seq_k, CAUSAL: tl.constexpr):
+    """Mask of (query row, key col) pairs that take part in attention.
 
     Causal masking is bottom-right aligned, as in FlashAttention-2 >= 2.1: key j is
     visible to query i iff j <= i + (seq_k - seq_q).  With seq_q > seq_k the first
     rows then see no key at all; they produce output 0 and log-normalizer -inf.
     """
-    mask = (row < seq_q) & (col < seq_k)
+    mask = (rows[:, None] < seq_q) & (cols[None, :] < seq_k)
     if CAUSAL:
-        mask = mask & (col <= row + (seq_k - seq_q))
+        mask = mask & (cols[None, :] <= rows[:, None] + (seq_k - seq_q))
     return mask
-
-
-@triton.jit
-def visible(rows, cols, seq_q, seq_k, CAUSAL: tl.constexpr):
-    """Mask of the (query row, key col) pairs of a [M, N] tile that take part in attention."""
-    return pair_visible(rows[:, None], cols[None, :], seq_q, seq_k, CAUSAL)
 
 
 @triton.jit
@@ -260,8 +276,7 @@ def finished_rows(acc, row_max, row_sum, sm_scale):
 
 @triton.jit
 def times_transposed(a, b, INTERPRETED: tl.constexpr):
-    """a @ b^T of a [M, D] and an [N, D] tile, fp32: scores (q, k), dP (dO, V), and in a
-    dK/dV program their transposes (k, q), (V, dO)."""
+    """a @ b^T of a [M, D] and an [N, D] tile, fp32: scores (q, k) and dP (dO, V)."""
     zero = tl.zeros((a.shape[0], b.shape[0]), dtype=tl.float32)
     return mma(a, tl.trans(b), zero, INTERPRETED)
 
@@ -306,18 +321,6 @@ def probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale,
     p = normalised(raw_scores(q, k, INTERPRETED), lse[:, None], sm_scale)
     if MASKED:
         p = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), p, 0.0)
-    return p
-
-
-@triton.jit
-def transposed_probabilities(k, q, lse, cols, rows, seq_q, seq_k, sm_scale,
-                             CAUSAL: tl.constexpr, MASKED: tl.constexpr, INTERPRETED: tl.constexpr):
-    """probabilities as the [N, M] tile P^T, computed as k @ q^T: a dK/dV program's
-    products P^T dO and dS^T Q then take it as their left operand as it is, where
-    transposing a [M, N] tile held in registers would cost a trip through shared memory."""
-    p = normalised(times_transposed(k, q, INTERPRETED), lse[None, :], sm_scale)
-    if MASKED:
-        p = tl.where(pair_visible(rows[None, :], cols[:, None], seq_q, seq_k, CAUSAL), p, 0.0)
     return p
 
 

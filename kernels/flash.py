@@ -48,7 +48,8 @@ def _forward(q, k, v, causal: bool, sm_scale: float, dropout: DropoutParams | No
     if done:
         return out, lse
     block_d = padded_head_dim(head_dim, q.dtype)
-    cfg = launch_kwargs("fwd", block_d, q.dtype, variant="dropout" if dropout is not None else None)
+    cfg = launch_kwargs("fwd", block_d, q.dtype, variant="dropout" if dropout is not None else None,
+                        streamed=(k, v))
     drop_args, drop_flag = _dropout_kwargs(dropout)
     launch(flash_forward_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,
            q, k, v, out, lse, sm_scale,
@@ -80,12 +81,12 @@ def _backward(q, k, v, out, lse, do, causal: bool, sm_scale: float, dropout: Dro
     inputs = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     drop_args, drop_flag = _dropout_kwargs(dropout)
     common = dict(CAUSAL=causal, BLOCK_D=block_d, INTERPRETED=emulate, **drop_flag)
-    dkdv = launch_kwargs("bwd_dkdv", block_d, q.dtype)
+    dkdv = launch_kwargs("bwd_dkdv", block_d, q.dtype, streamed=(q, do))
     launch(dkdv_kernel, triton.cdiv(seq_k, dkdv["BLOCK_N"]), batch * kv_heads,
            q, k, v, do, lse, delta, dk, dv, sm_scale,
            *inputs, *dk.stride(), *dv.stride(),
            heads, kv_heads, group, *shapes, *drop_args, STAGES=dkdv["num_stages"], **common, **dkdv)
-    dqk = launch_kwargs("bwd_dq", block_d, q.dtype)
+    dqk = launch_kwargs("bwd_dq", block_d, q.dtype, streamed=(k, v))
     launch(dq_kernel, triton.cdiv(seq_q, dqk["BLOCK_M"]), batch * heads,
            q, k, v, do, lse, delta, dq, sm_scale,
            *inputs, *dq.stride(), heads, group, *shapes, *drop_args, STAGES=dqk["num_stages"], **common, **dqk)

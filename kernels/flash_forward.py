@@ -23,7 +23,8 @@ from kernels.blocks import (
     finished_rows,
     head_offset,
     load_head_tile,
-    load_tile,
+    load_rows,
+    tile_source,
     mma,
     narrow,
     online_softmax_weights,
@@ -35,11 +36,12 @@ from kernels.blocks import (
 
 
 @triton.jit
-def attend_keys(q, acc, row_max, row_sum, row_sum_error, k_base, v_base, rows, dims,
+def attend_keys(q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims,
                 first_key, key_stop, stride_kn, stride_kd, stride_vn, stride_vd,
                 seq_q, seq_k, head_dim, qk_scale, seed_lo, seed_hi, drop_threshold, batch_head,
                 CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MASKED: tl.constexpr,
-                BLOCK_N: tl.constexpr, STAGES: tl.constexpr, INTERPRETED: tl.constexpr):
+                BLOCK_N: tl.constexpr, STAGES: tl.constexpr, DESCRIPTORS: tl.constexpr,
+                INTERPRETED: tl.constexpr):
     """The online softmax over key tiles [first_key, key_stop): returns the new
     (acc, row_max, row_sum, row_sum_error).
 
@@ -47,18 +49,18 @@ def attend_keys(q, acc, row_max, row_sum, row_sum_error, k_base, v_base, rows, d
     row's causal window, so no pair is masked and key rows are loaded without a bound
     check; only the head-dim padding is masked.  MASKED=True is the rest: the causal
     diagonal band and the ragged last tile.  STAGES is the loop's software-pipelining
-    depth (the launch's num_stages)."""
+    depth (the launch's num_stages); k_source and v_source are blocks.tile_source's."""
     for key_start in tl.range(first_key, key_stop, BLOCK_N, num_stages=STAGES):
         cols = key_start + tl.arange(0, BLOCK_N)
         key_rows = seq_k if MASKED else key_start + BLOCK_N
-        k = load_tile(k_base, cols, dims, stride_kn, stride_kd, key_rows, head_dim)
+        k = load_rows(k_source, key_start, cols, dims, stride_kn, stride_kd, key_rows, head_dim, DESCRIPTORS)
         s = raw_scores(q, k, INTERPRETED)
         if MASKED:
             s = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), s, float("-inf"))
         p, rescale, row_max, row_sum, row_sum_error = online_softmax_weights(
             s, row_max, row_sum, row_sum_error, qk_scale)
 
-        v = load_tile(v_base, cols, dims, stride_vn, stride_vd, key_rows, head_dim)
+        v = load_rows(v_source, key_start, cols, dims, stride_vn, stride_vd, key_rows, head_dim, DESCRIPTORS)
         if DROPOUT:
             p = tl.where(dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, key_start, BLOCK_N),
                          p, 0.0)
@@ -86,12 +88,14 @@ def flash_forward_kernel(
     first_batch_head,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    STAGES: tl.constexpr, INTERPRETED: tl.constexpr,
+    STAGES: tl.constexpr, DESCRIPTORS: tl.constexpr, INTERPRETED: tl.constexpr,
 ):
     block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
                                                                     first_batch_head)
     k_base = K + head_offset(batch, kv_head, stride_kb, stride_kh)
     v_base = V + head_offset(batch, kv_head, stride_vb, stride_vh)
+    k_source = tile_source(k_base, seq_k, head_dim, stride_kn, BLOCK_N, BLOCK_D, DESCRIPTORS)
+    v_source = tile_source(v_base, seq_k, head_dim, stride_vn, BLOCK_N, BLOCK_D, DESCRIPTORS)
 
     rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
@@ -108,13 +112,15 @@ def flash_forward_kernel(
     band_start = off_band_end(block_m * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
     key_end = causal_key_end((block_m + 1) * BLOCK_M, seq_q, seq_k, CAUSAL)
     acc, row_max, row_sum, row_sum_error = attend_keys(
-        q, acc, row_max, row_sum, row_sum_error, k_base, v_base, rows, dims, 0, band_start,
+        q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, 0, band_start,
         stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, qk_scale,
-        seed_lo, seed_hi, drop_threshold, batch_head, CAUSAL, DROPOUT, False, BLOCK_N, STAGES, INTERPRETED)
+        seed_lo, seed_hi, drop_threshold, batch_head, CAUSAL, DROPOUT, False, BLOCK_N, STAGES, DESCRIPTORS,
+        INTERPRETED)
     acc, row_max, row_sum, row_sum_error = attend_keys(
-        q, acc, row_max, row_sum, row_sum_error, k_base, v_base, rows, dims, band_start, key_end,
+        q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, band_start, key_end,
         stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, qk_scale,
-        seed_lo, seed_hi, drop_threshold, batch_head, CAUSAL, DROPOUT, True, BLOCK_N, STAGES, INTERPRETED)
+        seed_lo, seed_hi, drop_threshold, batch_head, CAUSAL, DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS,
+        INTERPRETED)
 
     out, lse = finished_rows(acc, row_max, row_sum, sm_scale)
     if DROPOUT:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from kernels.targets import current_target
 from kernels.tuning import launch_config
 from kernels.validation import DTYPE_NAMES, FP8
 
@@ -31,13 +32,46 @@ def padded_head_dim(head_dim: int, dtype: torch.dtype) -> int:
 
 
 def launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype, tiles=("BLOCK_M", "BLOCK_N"),
-                  variant: str | None = None) -> dict:
+                  variant: str | None = None, streamed: tuple[torch.Tensor, ...] | None = None) -> dict:
     """The tile sizes named in `tiles` (those the kernel takes), num_warps, num_stages
     and the backend's knobs (e.g. waves_per_eu) of `kernel` on the current target;
-    `variant` (e.g. "dropout") picks that variant's table where the target has one."""
+    `variant` (e.g. "dropout") picks that variant's table where the target has one.
+    A kernel that can stream tiles through tensor descriptors names the tensors it
+    streams (`streamed`) and gets DESCRIPTORS: its table's choice, where they allow it."""
     cfg = launch_config(kernel, block_d, DTYPE_NAMES[dtype], variant=variant)
     sizes = {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n}
-    return {**{name: sizes[name] for name in tiles}, **cfg.options()}
+    kwargs = {**{name: sizes[name] for name in tiles}, **cfg.options()}
+    if streamed is not None:
+        kwargs["DESCRIPTORS"] = cfg.descriptors and descriptors_allowed(streamed)
+        if kwargs["DESCRIPTORS"] and launches_on_device() and not current_target().interpreted:
+            ensure_scratch_allocator()
+    return kwargs
+
+
+def descriptors_allowed(tensors: tuple[torch.Tensor, ...]) -> bool:
+    """Whether tensor descriptors can describe every (batch, head) slice of `tensors` on
+    the current target: unit head-dim stride, and every other stride and the start
+    16-byte aligned (TMA's rules for a global tensor)."""
+    if not current_target().tensor_descriptors:
+        return False
+    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+               and all(stride * t.element_size() % 16 == 0 for stride in t.stride()[:-1])
+               for t in tensors)
+
+
+def _descriptor_scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def ensure_scratch_allocator() -> None:
+    """Device-side tensor descriptors live in global scratch memory that triton asks an
+    allocator for.  Give it torch's, unless the caller set one: checked at every launch,
+    since triton keeps the allocator per thread context (autograd's backward thread
+    starts without one)."""
+    from triton.runtime import _allocation
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_descriptor_scratch)
 
 
 def _on_device(kernel, grid: tuple, *args, **kwargs) -> None:

@@ -77,6 +77,18 @@ class Target(NamedTuple):
         return ("fp16", *bf16, "fp32") + (FP8 if self.arch >= 89 else ())
 
     @property
+    def tensor_descriptors(self) -> bool:
+        """Loads through device-side tensor descriptors can be compiled here: NVIDIA sm_90+
+        (the TMA unit; not CoreX) or the interpreter, with a triton that has
+        tl.make_tensor_descriptor (3.4 and newer; 3.2 has none).  Whether a kernel uses
+        them is its launch table's choice (kernels.tuning)."""
+        if not (self.interpreted or (self.backend == "cuda" and not self.corex and self.arch >= 90)):
+            return False
+        import triton.language as tl
+
+        return hasattr(tl, "make_tensor_descriptor")
+
+    @property
     def workarounds(self) -> tuple[str, ...]:
         return tuple(INTERPRETER_WORKAROUNDS) if self.interpreted else ()
 

@@ -27,6 +27,8 @@ class LaunchConfig:
 
     waves_per_eu, matrix_instr_nonkdim, kpack: options of Triton's AMD backend
     (occupancy hint, MFMA instruction shape, operand packing); None = not passed.
+    descriptors: stream the loop's tiles through tensor descriptors (the TMA unit on
+    Hopper) where the target and the tensors allow it (kernels.launch), else pointers.
     """
 
     block_m: int
@@ -36,6 +38,7 @@ class LaunchConfig:
     waves_per_eu: int | None = None
     matrix_instr_nonkdim: int | None = None
     kpack: int | None = None
+    descriptors: bool = False
 
     def options(self) -> dict:
         """The compiler options a launch passes: warps, stages and every knob that is set."""
@@ -44,7 +47,8 @@ class LaunchConfig:
 
     def as_dict(self) -> dict:
         """Tile sizes and options, unset knobs left out."""
-        return {"block_m": self.block_m, "block_n": self.block_n, **self.options()}
+        return {"block_m": self.block_m, "block_n": self.block_n, **self.options(),
+                **({"descriptors": True} if self.descriptors else {})}
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mutants.transform import Edit, Mutant
 
-_VISIBLE_CAUSAL = "mask = mask & (col <= row + (seq_k - seq_q))"
+_VISIBLE_CAUSAL = "mask = mask & (cols[None, :] <= rows[:, None] + (seq_k - seq_q))"
 _FORWARD = "flash_forward.py"
 _BACKWARD = "flash_backward.py"
 
@@ -46,13 +46,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("causal_off_by_one",
            "causal mask off by one: the diagonal key (j = i + Sk - Sq) is hidden (< instead of <=)",
            (Edit("blocks.py", _VISIBLE_CAUSAL,
-                 "mask = mask & (col < row + (seq_k - seq_q))"),)),
+                 "mask = mask & (cols[None, :] < rows[:, None] + (seq_k - seq_q))"),)),
     Mutant("causal_top_left",
            "causal mask aligned top-left instead of bottom-right (wrong only when Sq != Sk)",
-           (Edit("blocks.py", _VISIBLE_CAUSAL, "mask = mask & (col <= row)"),)),
+           (Edit("blocks.py", _VISIBLE_CAUSAL, "mask = mask & (cols[None, :] <= rows[:, None])"),)),
     Mutant("ragged_keys_unmasked",
            "ragged sequence end: keys past Sk (the zero padding of the last tile) are not masked",
-           (Edit("blocks.py", "mask = (row < seq_q) & (col < seq_k)", "mask = row < seq_q"),)),
+           (Edit("blocks.py", "mask = (rows[:, None] < seq_q) & (cols[None, :] < seq_k)",
+                 "mask = rows[:, None] < seq_q"),)),
     Mutant("no_accumulator_rescale",
            "online softmax: the output accumulator is not rescaled when the running max grows",
            (Edit(_FORWARD, "v, acc * rescale[:, None], INTERPRETED)", "v, acc, INTERPRETED)"),)),
@@ -126,6 +127,24 @@ MUTANTS: tuple[Mutant, ...] = (
            "the NaN the harness poisons new outputs with)",
            (Edit("flash.py", 'launch(flash_forward_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,',
                  'launch(flash_forward_kernel, max(1, seq_q // cfg["BLOCK_M"]), batch * heads,'),)),
+    Mutant("running_max_starts_at_zero",
+           "online softmax: the running max starts at 0 instead of -inf (exact for ordinary scores; "
+           "rows whose every score is far below zero underflow to an empty row)",
+           (Edit(_FORWARD, 'row_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)',
+                 "row_max = tl.zeros((BLOCK_M,), dtype=tl.float32)"),)),
+    Mutant("stale_value_stage",
+           "pipelined key loop reads a stale stage: every value tile after the first is the "
+           "previous iteration's (the scores use the current key tile)",
+           (Edit(_FORWARD, "v = load_rows(v_source, key_start, cols, dims,",
+                 "v = load_rows(v_source, key_start - BLOCK_N * (key_start > first_key), "
+                 "cols - BLOCK_N * (key_start > first_key), dims,"),)),
+    Mutant("descriptor_row_stride",
+           "tensor descriptor built with the wrong row stride: rows assumed head_dim apart (wrong for "
+           "every strided layout), on the loops that stream tiles through descriptors",
+           (Edit("blocks.py", "shape=[n_rows, n_cols], strides=[stride_row, 1],",
+                 "shape=[n_rows, n_cols], strides=[n_cols, 1],"),),
+           interpreter_unreachable="the interpreter's launch tables stream tiles through pointers, "
+                                   "not descriptors"),
     # ---- robustness fixtures (not counted, never run by the kill table)
     Mutant("crash",
            "out-of-bounds read 2^40 elements past K when Sk == 1: an illegal memory access on a GPU, "

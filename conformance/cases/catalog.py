@@ -65,7 +65,9 @@ FEATURES = (
     Feature("layout", "bhsd", r"(bshd|packed)", str),
     Feature("dist", None, r"dist(\d+)", int),
     Feature("bad_input", None, r"(nan|inf)", str),
+    Feature("values", None, r"([a-z]+:[0-9][0-9.e+]*)", str),
 )
+_VALUES = FEATURES[-1]
 # Values `bad_input` can plant in the first query tensor (see conformance.cases.inputs).
 BAD_INPUTS = ("nan", "inf")
 
@@ -82,6 +84,9 @@ class Case:
     dist: piecewise_attention's distance threshold (that op only).
     bad_input: "nan" or "inf" planted in one query element; it must propagate as
         it does through torch (the rule judges the other positions).
+    values: the case's own input distribution (a spec such as `negative:1000`, see
+        conformance.cases.distributions), for cases that exist to stress one numerical
+        edge; it takes the place of a run's --distribution for that case.
     """
 
     op: str
@@ -101,6 +106,7 @@ class Case:
     layout: str = "bhsd"
     dist: int | None = None
     bad_input: str | None = None
+    values: str | None = None
 
     def __post_init__(self):
         problem = _validation_problem(self)
@@ -182,6 +188,8 @@ def _validation_problem(case: Case) -> str | None:
         return f"dist must be a non-negative int, got {case.dist!r}"
     if case.bad_input not in (None, *BAD_INPUTS):
         return f"bad_input must be one of {', '.join(BAD_INPUTS)} or None, got {case.bad_input!r}"
+    if case.values is not None and not re.fullmatch(_VALUES.pattern, str(case.values)):
+        return f"values must be a distribution spec such as negative:1000, got {case.values!r}"
     if case.dtype in FP8_DTYPES and (case.direction != "fwd" or case.op != "flash_attention"):
         return "fp8 dtypes are for flash_attention's forward only"
     if case.op == "piecewise_attention" and (case.lse or case.total or case.dropout):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from conformance.cases.catalog import Case
-from conformance.cases.distributions import Distribution
+from conformance.cases.distributions import Distribution, parse_optional
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
                 "fp8e4m3": torch.float8_e4m3fn, "fp8e5m2": torch.float8_e5m2}
@@ -94,11 +94,17 @@ def _plant_bad_input(case: Case, q: torch.Tensor) -> None:
     q[bad_input_position(case)] = BAD_VALUES[case.bad_input]
 
 
+def case_distribution(case: Case, run_distribution: Distribution | None) -> Distribution | None:
+    """The distribution a case's inputs are drawn under: its own (`case.values`), else the run's."""
+    return parse_optional(case.values) if case.values is not None else run_distribution
+
+
 def make_inputs(case: Case, device: str | torch.device, kinds: dict | None = None,
                 distribution: Distribution | None = None) -> Inputs:
     """The operator's inputs (name -> kind "q"/"kv", default q, k, v) and, for
     backward cases, do (B, H, Sq, D). Drawn in declaration order, then do, in fp32;
-    `distribution` (conformance.cases.distributions) reshapes those draws before the cast."""
+    `distribution` (conformance.cases.distributions) reshapes those draws before the cast;
+    a case with a distribution of its own (`case.values`) takes that one instead."""
     kinds = kinds or {"q": "q", "k": "kv", "v": "kv"}
     generator = torch.Generator(device="cpu")
     generator.manual_seed(generator_seed(case))
@@ -108,6 +114,7 @@ def make_inputs(case: Case, device: str | torch.device, kinds: dict | None = Non
     def draw(shape) -> torch.Tensor:
         return torch.randn(shape, generator=generator, dtype=torch.float32)
 
+    distribution = case_distribution(case, distribution)
     values = {name: draw(logical_shape(case, kind)) for name, kind in kinds.items()}
     do = draw(logical_shape(case, "q")) if needs_grad else None
     if distribution is not None:

@@ -14,6 +14,9 @@ from conformance.cases.catalog import BAD_INPUTS, FP8_DTYPES, Case, Grid, expand
 BOTH_DIRECTIONS = ("fwd", "bwd")
 HALF_DTYPES = ("fp16", "bf16")
 CAUSAL_BOTH = (False, True)
+# Input distributions of the cases that stress one numerical edge (conformance.cases.distributions).
+NEGATIVE = "negative:1000"
+DOMINANT = "logits:64"  # logits of std 64: the top key of a row outweighs the rest
 
 # Smoke: Triton's CPU interpreter on a 2-core CI machine. Tiny shapes; 128 = two
 # 64-wide interpreter blocks each way, so causal diagonals cross block borders.
@@ -66,6 +69,10 @@ SMOKE: tuple[Grid, ...] = (
          dist=(16,), bad_input=("inf",), shape=[(1, 2, 1, 64, 96)]),
     # fp8 needs fp8 tensor cores: `unsupported` on the interpreter, judged on sm_89+
     dict(direction=("fwd",), dtype=FP8_DTYPES, head_dim=(32,), causal=(True,), shape=[(1, 2, 1, 77, 100)]),
+    # every softmax input near -1000: exp2 underflows for whole rows unless the running
+    # max starts at -inf and is subtracted before exponentiating
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(64,), causal=(True,), lse=(False,),
+         values=(NEGATIVE,), shape=[(1, 2, 1, 77, 133)]),
 )
 
 # Standard: the GPU default. Ragged lengths (509, 1000), GQA, Sq != Sk both ways
@@ -140,6 +147,14 @@ STANDARD: tuple[Grid, ...] = (
          bad_input=BAD_INPUTS, shape=[(1, 4, 4, 1024, 509)]),
     dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(64,),
          causal=(True,), dist=(128,), bad_input=BAD_INPUTS, shape=[(1, 8, 2, 509, 1024)]),
+    # inputs that stress the fast paths: every softmax input near -1000 (whole rows
+    # underflow unless the running max starts at -inf), and rows dominated by one key
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH,
+         values=(NEGATIVE,), shape=[(1, 8, 2, 509, 1024)]),
+    dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(128,), causal=(True,), lse=(True,),
+         values=(NEGATIVE,), shape=[(1, 4, 4, 256, 16384)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH,
+         values=(DOMINANT,), shape=[(1, 8, 2, 509, 1024)]),
 )
 
 # Long sequences, where the reference must be chunked and accumulation errors grow.

@@ -23,7 +23,7 @@ from reference import MATCHED
 
 from conformance.cases.catalog import Case
 from conformance.cases.distributions import Distribution
-from conformance.cases.inputs import DTYPE_NAMES, TORCH_DTYPES, Inputs, make_inputs
+from conformance.cases.inputs import DTYPE_NAMES, TORCH_DTYPES, Inputs, case_distribution, make_inputs
 from conformance.judging import determinism, verdicts
 from conformance.judging.comparison_paths import comparison_paths
 from conformance.judging.dropout import dropout_replay, seed_rng_for_call
@@ -82,8 +82,9 @@ def run_case(case: Case, profile, implementations: Implementations, *,
     implementation = implementations.name(case.op)
     line = base_line(case, profile.key, implementation,
                      reproduce_command(case.id, backend_option, implementations, distribution_args(distribution)))
-    if distribution is not None:
-        line["distribution"] = distribution.spec
+    drawn_under = case_distribution(case, distribution)
+    if drawn_under is not None:
+        line["distribution"] = drawn_under.spec
     unsupported = case.unsupported_reason(profile) or _undeclared(case, implementations)
     if unsupported:
         line.update(verdict=verdicts.UNSUPPORTED, rule_verdict=verdicts.UNSUPPORTED, reason=unsupported)
