@@ -63,10 +63,12 @@ def tile_source(base, n_rows, n_cols, stride_row, BLOCK_ROWS: tl.constexpr, BLOC
     its base pointer, or (DESCRIPTORS) a tensor descriptor, whose loads go through
     Hopper's tensor memory accelerator and read 0 outside the slice, as load_tile's
     masked loads do.  The head-dim stride must be 1 (kernels.launch checks it)."""
-    if DESCRIPTORS:
-        return tl.make_tensor_descriptor(base, shape=[n_rows, n_cols], strides=[stride_row, 1],
-                                         block_shape=[BLOCK_ROWS, BLOCK_D])
-    return base
+    if DESCRIPTORS:  # one return, as in load_rows
+        source = tl.make_tensor_descriptor(base, shape=[n_rows, n_cols], strides=[stride_row, 1],
+                                           block_shape=[BLOCK_ROWS, BLOCK_D])
+    else:
+        source = base
+    return source
 
 
 @triton.jit
@@ -74,9 +76,12 @@ def load_rows(source, first_row, rows, cols, stride_row, stride_col, n_rows, n_c
               DESCRIPTORS: tl.constexpr):
     """The tile of rows `rows` (= first_row + arange) of a tile_source; with pointers,
     load_tile's bounds (n_rows, n_cols), with a descriptor the slice's own."""
+    # One return: triton compiles the statements after a constexpr `if` that returned.
     if DESCRIPTORS:
-        return source.load([first_row, 0])
-    return load_tile(source, rows, cols, stride_row, stride_col, n_rows, n_cols)
+        tile = source.load([first_row, 0])
+    else:
+        tile = load_tile(source, rows, cols, stride_row, stride_col, n_rows, n_cols)
+    return tile
 
 
 @triton.jit

@@ -170,7 +170,7 @@ HOPPER_LAUNCH = {
     "fwd.dropout": LaunchTable(tuple((bound, replace(config, num_stages=2) if bound == 128 else config)
                                      for bound, config in _HOPPER_FORWARD.rows)),
     "bwd_dkdv": table(
-        (64, LaunchConfig(128, 64, num_warps=4, num_stages=2)),
+        (64, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
         (128, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
         CUDA_LAUNCH["bwd_dkdv"].rows[-1],
     ),
