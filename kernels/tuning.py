@@ -151,11 +151,14 @@ CUDA_LAUNCH = {
 # benchmarks/tune_launch.py on an H100 (fp16, B*S = 32k, H*D = 2048, S = 8192, triton 3.6;
 # TFLOP/s non-causal / causal).  Forward D <= 64: 128x64, 8 warps, 3 stages (404 / 387;
 # the general table's 4 warps gave 374 / 349); D <= 128: 128x128, 8 warps, 3 stages
-# (474 / 430; 128x64 gave 448 / 418).  Backward, whole pass timed while dK/dV's table
-# varied: D <= 64 128x64 with 4 warps (313 / 278; 64x64 279 / 268), D <= 128 64x64 with
-# 4 warps (231 / 220; 8 warps 170 / 157).  dQ's table varied with those (2446438):
-# D <= 64 128x64, 4 warps, 3 stages (323 / 284; 2 stages 315 / 281), D <= 128 128x64,
-# 8 warps, 3 stages (364 / 331; 64x64 with 4 warps 352 / 321).
+# (474 / 430; 128x64 gave 448 / 418).  Tensor descriptors (TMA) slowed the forward
+# (D = 128: 473 against 491 non-causal; D = 64: 392 against 419), so it loads through
+# pointers.  The backward, whole pass timed while one kernel's table varied: dK/dV 64x64
+# with 4 warps at both head dims (D = 128: 361 / 331, against 321 / 309 for 128x64 with 8
+# warps and 254 / 234 for 128x128; D = 64: 318 / 302, 128x64: 296 / 278), streaming Q and
+# dO through descriptors (D = 128, 2 stages: 407 / 372; D = 64, 3 stages: 328 / 313); dQ
+# 128x64 with 3 stages, K and V through descriptors (D = 128, 8 warps: 366 / 336, pointers
+# 361 / 329; D = 64, 4 warps: 337 / 325, pointers 323 / 303).
 _HOPPER_FORWARD = table(
     (64, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
     (128, LaunchConfig(128, 128, num_warps=8, num_stages=3)),
@@ -170,13 +173,13 @@ HOPPER_LAUNCH = {
     "fwd.dropout": LaunchTable(tuple((bound, replace(config, num_stages=2) if bound == 128 else config)
                                      for bound, config in _HOPPER_FORWARD.rows)),
     "bwd_dkdv": table(
-        (64, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
-        (128, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
+        (64, LaunchConfig(64, 64, num_warps=4, num_stages=3, descriptors=True)),
+        (128, LaunchConfig(64, 64, num_warps=4, num_stages=2, descriptors=True)),
         CUDA_LAUNCH["bwd_dkdv"].rows[-1],
     ),
     "bwd_dq": table(
-        (64, LaunchConfig(128, 64, num_warps=4, num_stages=3)),
-        (128, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
+        (64, LaunchConfig(128, 64, num_warps=4, num_stages=3, descriptors=True)),
+        (128, LaunchConfig(128, 64, num_warps=8, num_stages=3, descriptors=True)),
         CUDA_LAUNCH["bwd_dq"].rows[-1],
     ),
 }
