@@ -26,7 +26,7 @@ import argparse
 import sys
 
 from conformance.cases.catalog import OPS
-from conformance.cases.tiers import TIERS
+from conformance.cases.tiers import TIER_NAMES
 from conformance.compile_only import command as compile_command
 from conformance.reporting import commands as reporting_commands
 from conformance.robustness import flake_command
@@ -42,7 +42,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m conformance", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    tiers = [*TIERS, "auto"]
+    tiers = [*TIER_NAMES, "auto"]
 
     listing = commands.add_parser("list", help="print the case ids of a tier")
     listing.add_argument("--tier", default="auto", choices=tiers)

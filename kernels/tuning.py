@@ -246,13 +246,22 @@ def launch_tables(target: Target) -> dict[str, LaunchTable]:
     return HOPPER_LAUNCH if target.arch >= 90 else CUDA_LAUNCH
 
 
+# kernel -> the configuration every launch of it uses instead of its tables' (set by
+# kernels.tuning_space.configured: a sweep or a tuning script judging one configuration).
+# A plain dict, not a context variable: autograd runs the backward's launches on a thread
+# of its own.
+OVERRIDES: dict[str, LaunchConfig] = {}
+
+
 def launch_config(kernel: str, head_dim: int, dtype: str = "fp16", target: Target | None = None,
                   variant: str | None = None) -> LaunchConfig:
     """Launch config of `kernel` for a (padded) head dim and input dtype name on `target`
     (default: the current one).  A table keyed `"{kernel}.{dtype}"` (e.g. `fwd.fp32`, whose
     tiles take twice the shared memory) overrides the kernel's general table, and so, for
     the other dtypes, does `"{kernel}.{variant}"` (e.g. `fwd.dropout`, whose random-number
-    tiles need shared memory of their own)."""
+    tiles need shared memory of their own).  An override (OVERRIDES) wins over every table."""
+    if kernel in OVERRIDES:
+        return OVERRIDES[kernel]
     tables = launch_tables(target or current_target())
     keys = (f"{kernel}.{dtype}", *((f"{kernel}.{variant}",) if variant else ()), kernel)
     for key in keys:

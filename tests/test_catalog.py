@@ -112,7 +112,7 @@ def test_ids_are_unique_and_order_is_deterministic(tier):
 
 def test_tier_sizes():
     assert 40 <= len(cases("smoke")) <= 80
-    assert 300 <= len(cases("standard")) <= 650
+    assert 300 <= len(cases("standard")) <= 700
     standard = {case.id for case in cases("standard")}
     full = [case.id for case in cases("full")]
     assert standard <= set(full)

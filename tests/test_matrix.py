@@ -163,6 +163,7 @@ def test_matrix_job_parts_per_machine():
     on_cpu = matrix_job.parts(cpu, 2)
     assert on_cpu["run"] == ["run", "--tier", "auto", "-n", "2"]
     assert on_cpu["compile"] == ["compile", "--target", "sm_80,sm_90,gfx90a,gfx942", "--scope", "quick"]
+    assert on_cpu["sweep"] == ["run", "--tier", "sweep-quick", "-n", "2"]
 
 
 def test_detail_cells_show_each_kind_of_measure():

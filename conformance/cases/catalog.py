@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
 from kernels.targets import FP8, HIGH_PRECISION
+from kernels.tuning_space import CONFIG_PATTERN
 
 OPS = ("flash_attention", "piecewise_attention")
 DIRECTIONS = ("fwd", "bwd")
@@ -66,8 +67,17 @@ FEATURES = (
     Feature("dist", None, r"dist(\d+)", int),
     Feature("bad_input", None, r"(nan|inf)", str),
     Feature("values", None, r"([a-z]+:[0-9][0-9.e+]*)", str),
+    Feature("config", None, rf"cfg=([a-z_]+:{CONFIG_PATTERN})", str),
 )
-_VALUES = FEATURES[-1]
+_VALUES, _CONFIG = FEATURES[-2:]
+# The bundled kernels a case's call launches (the launch-table names, kernels.tuning):
+# the kernels whose launch configuration a case's `config` may set.
+KERNELS_LAUNCHED = {
+    ("flash_attention", "fwd"): ("fwd", "total"),
+    ("flash_attention", "bwd"): ("bwd_preprocess", "bwd_dkdv", "bwd_dq"),
+    ("piecewise_attention", "fwd"): ("piecewise_fwd",),
+    ("piecewise_attention", "bwd"): ("bwd_preprocess", "piecewise_bwd_dkdv", "piecewise_bwd_dq"),
+}
 # Values `bad_input` can plant in the first query tensor (see conformance.cases.inputs).
 BAD_INPUTS = ("nan", "inf")
 
@@ -87,6 +97,9 @@ class Case:
     values: the case's own input distribution (a spec such as `negative:1000`, see
         conformance.cases.distributions), for cases that exist to stress one numerical
         edge; it takes the place of a run's --distribution for that case.
+    config: `kernel:configuration` (e.g. `bwd_dq:m128n64s3w8`, kernels.tuning_space): the
+        launch configuration one bundled kernel of the call runs with instead of its
+        launch table's (the sweep tier); shown in the id as `cfg=...`.
     """
 
     op: str
@@ -107,6 +120,7 @@ class Case:
     dist: int | None = None
     bad_input: str | None = None
     values: str | None = None
+    config: str | None = None
 
     def __post_init__(self):
         problem = _validation_problem(self)
@@ -190,10 +204,25 @@ def _validation_problem(case: Case) -> str | None:
         return f"bad_input must be one of {', '.join(BAD_INPUTS)} or None, got {case.bad_input!r}"
     if case.values is not None and not re.fullmatch(_VALUES.pattern, str(case.values)):
         return f"values must be a distribution spec such as negative:1000, got {case.values!r}"
+    if case.config is not None:
+        problem = _config_problem(case)
+        if problem:
+            return problem
     if case.dtype in FP8_DTYPES and (case.direction != "fwd" or case.op != "flash_attention"):
         return "fp8 dtypes are for flash_attention's forward only"
     if case.op == "piecewise_attention" and (case.lse or case.total or case.dropout):
         return "piecewise_attention has no lse, total or dropout"
+    return None
+
+
+def _config_problem(case: Case) -> str | None:
+    if not re.fullmatch(_CONFIG.pattern[len("cfg="):], str(case.config)):
+        return f"config must be kernel:configuration such as bwd_dq:m128n64s3w8, got {case.config!r}"
+    kernel = case.config.partition(":")[0]
+    launched = KERNELS_LAUNCHED[(case.op, case.direction)]
+    if kernel not in launched or (kernel == "total" and not case.total):
+        return (f"config names kernel {kernel!r}, which {case.op}.{case.direction} does not launch "
+                f"(it launches {', '.join(launched)}; total only with total)")
     return None
 
 

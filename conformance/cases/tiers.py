@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from conformance.cases import sweep
 from conformance.cases.catalog import BAD_INPUTS, FP8_DTYPES, Case, Grid, expand_tier
 
 BOTH_DIRECTIONS = ("fwd", "bwd")
@@ -180,6 +181,10 @@ TIERS: dict[str, tuple[Grid, ...]] = {
 }
 
 
+# Every tier name a run takes: the catalog's and the sweeps, which depend on the target.
+TIER_NAMES = (*TIERS, *sweep.SCOPES)
+
+
 def cases(tier: str) -> list[Case]:
     """The cases of a named tier (see `TIERS`); ValueError for an unknown name."""
     if tier not in TIERS:
@@ -194,9 +199,12 @@ def resolve_tier(tier: str, profile) -> str:
 
 def select(tier: str, case_ids, profile) -> tuple[str, list[Case]]:
     """What a run checks: the given case ids if any (tier ignored), else the tier's
-    cases. Returns (label for env.json, cases); ValueError on a bad tier or id."""
+    cases (a sweep tier's are the profile's target's, conformance.cases.sweep).
+    Returns (label for env.json, cases); ValueError on a bad tier or id."""
     if case_ids:
         selected = [Case.from_id(case_id) for case_id in case_ids]
         return "cases", list({case.id: case for case in selected}.values())
     name = resolve_tier(tier, profile)
+    if name in sweep.SCOPES:
+        return name, sweep.sweep_cases(name, profile.target, profile.dtypes)
     return name, cases(name)

@@ -17,7 +17,8 @@ def add_parser(commands) -> None:
                           help=f"comma-separated sm_XY / gfxNNN / backend keys (default {DEFAULT_TARGETS})")
     compile_.add_argument("--out", metavar="DIR", help="run folder (default reports/runs/<time>-compile)")
     compile_.add_argument("--scope", default="full", choices=SCOPES,
-                          help="full: every dtype, head dim and variant; quick: each table row once (CI)")
+                          help="full: every dtype, head dim and variant; quick: each table row once (CI); "
+                               "sweep: every configuration of every kernel's tuning space")
     compile_.add_argument("-n", dest="workers", type=int, metavar="N",
                           help="compiler processes at a time (default: the CPU count)")
 

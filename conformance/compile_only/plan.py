@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from conformance.backends.profile import FP8, BackendProfile
+from kernels.tuning_space import config_text, space
 from kernels.validation import DTYPE_NAMES
 
 FLASH, PIECEWISE = "flash_attention", "piecewise_attention"
@@ -20,7 +21,15 @@ FLASH, PIECEWISE = "flash_attention", "piecewise_attention"
 # quick (CI): each launch-table row's largest head dim, one dtype per table family
 # (fp16 for the general tables -- bf16 launches the same tiles -- fp32 for the fp32
 # ones, fp8 where listed) and only the variant with the most code (causal + dropout).
-SCOPES = ("full", "quick")
+# sweep: every launch configuration of every kernel's tuning space on the target
+# (kernels.tuning_space; the sweep tiers run the same), one call each: fp16 at D = 128
+# and fp32 at D = 64, causal, with dropout where the kernel has it.
+SCOPES = ("full", "quick", "sweep")
+# The call that launches each kernel of the tuning space, and its configurations per chunk.
+_SWEEP_CALLS = {"fwd": (FLASH, False), "total": (FLASH, False), "bwd_preprocess": (FLASH, True),
+                "bwd_dkdv": (FLASH, True), "bwd_dq": (FLASH, True), "piecewise_fwd": (PIECEWISE, False),
+                "piecewise_bwd_dkdv": (PIECEWISE, True), "piecewise_bwd_dq": (PIECEWISE, True)}
+_SWEEP_CHUNK = 12
 # Bits of each input dtype's operands.
 _OPERAND_BITS = {name: dtype.itemsize * 8 for dtype, name in DTYPE_NAMES.items()}
 
@@ -35,6 +44,7 @@ class Call:
     causal: bool
     dropout: bool = False
     backward: bool = True
+    config: str | None = None  # kernel:configuration the call's kernel is launched with (sweep)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -82,6 +92,18 @@ def calls(profile: BackendProfile, dtype: str, head_dim: int, scope: str) -> lis
     return flash + piecewise
 
 
+def sweep_calls(profile: BackendProfile) -> list[Call]:
+    """One call per configuration of every kernel's tuning space on the profile's target."""
+    out = []
+    for kernel, (op, backward) in _SWEEP_CALLS.items():
+        for dtype, head_dim in (("fp16", 128), ("fp32", 64)):
+            if dtype not in profile.dtypes or (dtype == "fp32" and kernel == "bwd_preprocess"):
+                continue
+            out += [Call(op, dtype, head_dim, True, op == FLASH, backward, f"{kernel}:{config_text(config)}")
+                    for config in space(kernel, profile.target, dtype)]
+    return out
+
+
 def chunks(profile: BackendProfile, scope: str) -> list[list[Call]]:
     """The plan of one target in independent chunks (a worker process each): per
     (dtype, head dim) for `full`, per dtype for the few calls of `quick` (a process
@@ -89,6 +111,9 @@ def chunks(profile: BackendProfile, scope: str) -> list[list[Call]]:
     (the delta pre-pass, total attention) are always in the same chunk."""
     if scope not in SCOPES:
         raise ValueError(f"--scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
+    if scope == "sweep":
+        calls_ = sweep_calls(profile)
+        return [calls_[start:start + _SWEEP_CHUNK] for start in range(0, len(calls_), _SWEEP_CHUNK)]
     dims = head_dims(profile, scope)
     if scope == "quick":
         return [[call for dim in dims for call in calls(profile, dtype, dim, scope)] for dtype in dtypes(profile, scope)]

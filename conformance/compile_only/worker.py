@@ -70,9 +70,11 @@ def launch_config(kwargs: dict) -> dict:
     return {**tiles, **options, **{key: value for key, value in kept.items() if key not in tiles and key not in options}}
 
 
-def compile_id(kernel: str, target: str, dtype: str, head_dim: int, config: dict) -> str:
+def compile_id(kernel: str, target: str, dtype: str, head_dim: int, config: dict, swept: str | None = None) -> str:
+    """`compile.KERNEL[target,dtype,dD,flags]`, with `cfg=...` when the launch is a sweep's
+    configuration (`swept`) rather than the launch table's."""
     flags = [key.lower() for key, value in config.items() if key.isupper() and value is True]
-    return f"compile.{kernel}[{','.join([target, dtype, f'd{head_dim}', *flags])}]"
+    return f"compile.{kernel}[{','.join([target, dtype, f'd{head_dim}', *flags, *([f'cfg={swept}'] if swept else [])])}]"
 
 
 class Compiler:
@@ -81,13 +83,16 @@ class Compiler:
     def __init__(self, target_key: str, backend: str, skip: set[str]):
         self.target_key, self.backend, self.skip = target_key, backend, set(skip)
         self.dtype = None
+        self.config = None  # the call's kernel:configuration (sweep scope)
 
     def __call__(self, kernel, grid, *args, **kwargs):
         from conformance.compile_only.resources import usage
 
         name = KERNEL_NAMES.get(kernel.__name__, kernel.__name__)
         config = launch_config(kwargs)
-        case_id = compile_id(name, self.target_key, self.dtype, kwargs["BLOCK_D"], config)
+        swept_kernel, _, swept = (self.config or "").partition(":")
+        case_id = compile_id(name, self.target_key, self.dtype, kwargs["BLOCK_D"], config,
+                             swept if swept_kernel == name else None)
         if case_id in self.skip:
             return
         self.skip.add(case_id)
@@ -184,10 +189,17 @@ def main() -> int:
 
     compiler = Compiler(profile.key, profile.compile_target[0], set(job["skip"]))
     launch.set_launcher(compiler)
+    from kernels.tuning_space import configured, parse_config
+
     for call in job["calls"]:
-        compiler.dtype = call["dtype"]
+        compiler.dtype, compiler.config = call["dtype"], call.get("config")
+        kernel, _, text = (call.get("config") or "").partition(":")
         try:
-            run_call(call)
+            if call.get("config"):
+                with configured(kernel, parse_config(text)):
+                    run_call(call)
+            else:
+                run_call(call)
         except (TypeError, ValueError) as exc:  # the operator refuses this call
             emit({"event": "skipped", "call": call, "reason": f"{type(exc).__name__}: {exc}"})
     return 0

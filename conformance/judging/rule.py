@@ -78,6 +78,11 @@ from typing import NamedTuple
 import torch
 
 BOUND = 2.0
+# Which version of the rule a run judged by, recorded in env.json: reports made under an
+# older one (the matrix compares columns) say so.  4: the floor u_out*(M+N) + u_fp32*(T+A)
+# with the accumulator noise A (reports/flake-cpu/findings.md, finding F); 3 added the
+# stored output's delta noise (finding E), 2 the fp32 term and torch's two summation orders.
+RULE_REVISION = 4
 
 # Unit roundoff (half an ulp at 1.0) of each dtype a kernel output can have.
 UNIT_ROUNDOFF = {"fp16": 2.0**-11, "bf16": 2.0**-8, "fp32": 2.0**-24, "fp64": 2.0**-53}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from conformance.judging import verdicts
-from conformance.reporting import markdown, pictures, summary
+from conformance.reporting import configurations, markdown, pictures, summary
 from conformance.reporting.diff import MARKERS
 
 # A cell starting with a matrix marker (regression, fix, ...) is shaded by it.
@@ -180,7 +180,10 @@ def render(env: dict, lines: list[dict]) -> str:
     if summary.of_kind(lines, summary.CASE):
         body += [section("By operator, direction, dtype, head dim and mask", table(*summary.group_table(lines))),
                  _optional("Worst ratio per tensor", *summary.tensor_table(lines), mono=("case",))]
-    body += [_compile(lines), _optional("Unsupported", *summary.unsupported_table(lines), mono=("first",)),
+    body += [_optional("Launch configurations per kernel", *configurations.kernel_totals(lines)),
+             _optional("Launch configurations", *configurations.configuration_table(lines),
+                       mono=("configuration", "first failure / why not run")),
+             _compile(lines), _optional("Unsupported", *summary.unsupported_table(lines), mono=("first",)),
              _environment(env)]
     return page(title, body)
 

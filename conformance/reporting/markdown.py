@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from conformance.reporting import summary
+from conformance.reporting import configurations, summary
 
 RULE_TEXT = "Rule: kernel_err <= 2 x max(torch_err, floor) for every tensor."
 PROBES_TEXT = ("The Triton primitives the kernels rely on, each checked alone against torch. Probes do not fail "
@@ -98,6 +98,17 @@ def compile_section(lines: list[dict]) -> list[str]:
     return out
 
 
+def configuration_section(lines: list[dict]) -> list[str]:
+    """Launch configurations (sweep tiers): per kernel, then per kernel x configuration."""
+    headers, rows = configurations.configuration_table(lines)
+    if not rows:
+        return []
+    failing = configurations.failing_configurations(lines)
+    return ["## Launch configurations", "", table(*configurations.kernel_totals(lines)), "",
+            f"Failing configurations: {', '.join(code(name) for name in failing) if failing else 'none'}.", "",
+            table(headers, rows), ""]
+
+
 def render(env: dict, lines: list[dict]) -> str:
     """The whole Markdown report of one run."""
     parts = ["# Conformance report", "", headline(lines), ""]
@@ -114,6 +125,7 @@ def render(env: dict, lines: list[dict]) -> str:
     if summary.of_kind(lines, summary.CASE):
         parts += ["## By operator, direction, dtype, head dim and mask", "", table(*summary.group_table(lines)), ""]
         parts += ["## Worst ratio per tensor", "", table(*_with_code_column(*summary.tensor_table(lines), "case")), ""]
+    parts += configuration_section(lines)
     parts += compile_section(lines)
     parts += _optional_section("Unsupported", *summary.unsupported_table(lines), "first")
     return "\n".join(parts).rstrip() + "\n"

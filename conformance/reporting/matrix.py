@@ -21,6 +21,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from conformance.judging.rule import RULE_REVISION
 from conformance.reporting import diff, html, markdown, summary, terminal
 from conformance.running.results import RESULTS_FILE, read_env, read_results
 
@@ -229,6 +230,16 @@ def drift_text(drift: float) -> str:
             f"shared memory by more than {drift:.0%}. Rendered from the run folders' results.jsonl and env.json only.")
 
 
+def stale_rule_text(matrix: Matrix) -> str | None:
+    """A warning naming the columns judged under another revision of the rule than the
+    current one (their verdicts and ratios do not compare), or None."""
+    stale = [f"triton {column.version} (rule {column.env.get('rule', 'before revision 4')})"
+             for column in matrix.columns if column.env.get("rule") != RULE_REVISION]
+    if not stale:
+        return None
+    return f"Stale rule: {', '.join(stale)} judged under an older rule than revision {RULE_REVISION}: re-run them."
+
+
 def render(matrix: Matrix, fmt: str = "terminal") -> str:
     """The matrix as `terminal`, `markdown` or `html` text."""
     if fmt == "html":
@@ -237,6 +248,8 @@ def render(matrix: Matrix, fmt: str = "terminal") -> str:
     heading = "## " if fmt == "markdown" else ""
     out = ["# Triton version matrix" if fmt == "markdown" else "Triton version matrix", "",
            drift_text(matrix.drift), ""]
+    if stale_rule_text(matrix):
+        out += [stale_rule_text(matrix), ""]
     for title, build in SECTIONS:
         headers, rows = build(matrix)
         out += [heading + title, "", table(headers, rows) if rows else "None.", ""]
@@ -245,6 +258,8 @@ def render(matrix: Matrix, fmt: str = "terminal") -> str:
 
 def _html_page(matrix: Matrix) -> str:
     body = [f"<h1>Triton version matrix</h1><p class='note'>{html.escape(drift_text(matrix.drift))}</p>"]
+    if stale_rule_text(matrix):
+        body.append(f"<p class='note'><strong>{html.escape(stale_rule_text(matrix))}</strong></p>")
     for title, build in SECTIONS:
         headers, rows = build(matrix)
         body.append(html.section(title, html.table(headers, rows, mono=("id", "reason")) if rows else "<p>None.</p>"))

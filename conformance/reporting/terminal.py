@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from conformance.reporting import summary
+from conformance.reporting import configurations, summary
 
 
 def grid(headers, rows) -> str:
@@ -40,6 +40,10 @@ def render(env: dict, lines: list[dict]) -> str:
         out += [grid(*summary.group_table(lines)), ""]
         tensor_headers, tensor_rows = summary.tensor_table(lines)
         out += _optional_table("worst ratio per tensor", tensor_headers[:3], [row[:3] for row in tensor_rows])
+    out += _optional_table("launch configurations per kernel", *configurations.kernel_totals(lines))
+    failing = configurations.failing_configurations(lines)
+    if failing:
+        out += [f"failing launch configurations: {' '.join(failing)}", ""]
     out += _optional_table("compile-only checks per target", *summary.compile_overview(lines))
     _, issue_rows = summary.known_issue_table(lines)
     out += _optional_table("known issues", ["issue", "xfail", "xpass"], [[r[0], r[3], r[4]] for r in issue_rows])

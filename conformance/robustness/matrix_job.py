@@ -7,9 +7,10 @@
 `nox -s matrix` and `tox -e tritonXY` call this inside one isolated virtualenv per
 triton release. What runs depends on the machine:
 
-* no GPU: the `smoke` tier on the interpreter (folder `run/`) and the compile-only
-  tier for sm_80, sm_90, gfx90a and gfx942 (folder `compile/`; scope `quick` as in
-  CI unless --compile-scope full);
+* no GPU: the `smoke` tier on the interpreter (folder `run/`), the `sweep-quick` tier
+  (folder `sweep/`: every tile shape of every kernel's tuning space, descriptor loads
+  where that triton has them) and the compile-only tier for sm_80, sm_90, gfx90a and
+  gfx942 (folder `compile/`; scope `quick` as in CI unless --compile-scope full);
 * a GPU: the backend's default tier on the GPU (folder `run/`).
 
 Each part is its own `python -m conformance` process (TRITON_INTERPRET of the
@@ -41,7 +42,9 @@ def parts(profile, workers: int | None, compile_scope: str = "quick") -> dict[st
     run = ["run", "--tier", "auto"] + (["-n", str(workers)] if workers else [])
     if not profile.interpreted:
         return {"run": run}
-    return {"run": run, "compile": ["compile", "--target", COMPILE_TARGETS, "--scope", compile_scope]}
+    sweep = ["run", "--tier", "sweep-quick"] + (["-n", str(workers)] if workers else [])
+    return {"run": run, "sweep": sweep,
+            "compile": ["compile", "--target", COMPILE_TARGETS, "--scope", compile_scope]}
 
 
 def run_parts(version_dir: Path, selected: dict[str, list[str]]) -> dict[str, int]:
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", dest="workers", type=int, help="pytest-xdist workers for the tier run")
     parser.add_argument("--compile-scope", default="quick", choices=("quick", "full"),
                         help="scope of the compile-only tier (default quick, as in CI)")
-    parser.add_argument("--parts", help="comma-separated subset of this machine's parts (run, compile) to run now; "
+    parser.add_argument("--parts", help="comma-separated subset of this machine's parts (run, sweep, compile) to run now; "
                                         "the other parts' folders are left as they are")
     args = parser.parse_args(argv)
 

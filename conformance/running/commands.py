@@ -8,6 +8,7 @@ from pathlib import Path
 
 from conformance import backends
 from conformance.cases.catalog import OPS
+from conformance.cases.sweep import SCOPES as SWEEPS
 from conformance.cases.distributions import parse_optional
 from conformance.running.selection import of_ops, recorded_lines, reseeded
 from conformance.cases.tiers import select
@@ -15,6 +16,7 @@ from conformance.judging import verdicts
 from conformance.judging.verdicts import run_failed
 from conformance.running import run_options
 from conformance.running.implementations import Implementations
+from conformance.running.configurations import cost_estimate, with_config
 from conformance.running.plugin import SUITE_PATH
 from conformance.running.results import default_run_dir
 from conformance.usage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, backend_profile
@@ -56,7 +58,7 @@ def _load(what: str, load, op: str) -> None:
 
 
 def command_list(args) -> int:
-    profile = backend_profile(args.backend, activate=False) if args.tier == "auto" else None
+    profile = backend_profile(args.backend, activate=False) if args.tier == "auto" or args.tier in SWEEPS else None
     _, cases = _selection(args.tier, [], profile)
     sys.stdout.write("".join(f"{case.id}\n" for case in cases))
     return EXIT_OK
@@ -83,7 +85,7 @@ def _run_selection(args) -> tuple[dict, backends.BackendProfile, list]:
     if not cases:
         raise UsageError(f"argument --op: no case of {', '.join(selection['ops'])} selected")
     try:
-        cases = reseeded(cases, selection["seeds"])
+        cases = reseeded(with_config(cases, selection["config"], profile), selection["seeds"])
         parse_optional(selection["distribution"])
     except ValueError as exc:  # the messages start with the option's name
         raise UsageError(f"argument {exc}") from None
@@ -93,6 +95,8 @@ def _run_selection(args) -> tuple[dict, backends.BackendProfile, list]:
 def command_run(args) -> int:
     _, profile, cases = _run_selection(args)
     out_dir = Path(args.resume or args.out or default_run_dir(profile.key))
+    if any(case.config for case in cases):
+        print(cost_estimate(cases, profile, run_options.xdist_workers(args.workers, profile)), flush=True)
 
     import pytest
 

@@ -19,6 +19,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from conformance.judging.rule import RULE_REVISION
+
 HARNESS_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -90,6 +92,7 @@ def fingerprint(profile, *, tier: str | None, implementations: dict, command: st
         "python": platform.python_version(),
         "platform": platform.platform(),
         "harness": git_revision(),
+        "rule": RULE_REVISION,
         "time_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "tier": tier,
         "implementation": implementations,

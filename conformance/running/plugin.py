@@ -31,7 +31,7 @@ from conformance import backends
 from conformance.cases.catalog import Case
 from conformance.cases.distributions import parse_optional
 from conformance.running.selection import recorded_ids, recorded_lines, resumed_env, resumed_selection, selected_cases
-from conformance.cases.tiers import TIERS
+from conformance.cases.tiers import TIER_NAMES
 from conformance.judging import verdicts
 from conformance.judging.verdicts import error_fields
 from conformance.probing.attribution import with_backend_fault
@@ -113,7 +113,7 @@ _STATE = pytest.StashKey[ConformanceState]()
 def pytest_addoption(parser):
     group = parser.getgroup("conformance", "FlashAttention conformance harness")
     group.addoption("--conformance-tier", default="auto",
-                    help=f"catalog tier to run: {', '.join(TIERS)} or auto (the backend's default)")
+                    help=f"catalog tier to run: {', '.join(TIER_NAMES)} or auto (the backend's default)")
     group.addoption("--conformance-case", action="append", default=[], metavar="ID",
                     help="run this case id (repeatable; replaces the tier)")
     group.addoption("--conformance-out", default=None, metavar="DIR",
@@ -129,6 +129,8 @@ def pytest_addoption(parser):
                     help="TOML file declaring what the judged implementations support")
     group.addoption("--conformance-dropout-mask", action="append", default=[], metavar="[OP=]MOD:FN",
                     help="recompute the keep mask of a kernel that returns (seed, offset)")
+    group.addoption("--conformance-config", default=None, metavar="KERNEL:CFG",
+                    help="the selected cases with this launch configuration of one bundled kernel")
     group.addoption("--conformance-seeds", type=int, default=None, metavar="N",
                     help="run every selected case under seeds 0..N-1")
     group.addoption("--conformance-distribution", default=None, metavar="SPEC",

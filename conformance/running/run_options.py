@@ -1,6 +1,8 @@
 """`run`'s options beyond tier, case, kernel and backend, and their pytest translation.
 
     --seeds N                 every selected case under seeds 0 .. N-1
+    --config KERNEL:CFG       the selected cases with one kernel's launch configuration set
+                              (kernels.tuning_space), e.g. bwd_dq:m128n64s3w8
     --distribution SPEC       input values (conformance.cases.distributions), e.g. logits:1e4
     --resume DIR              finish the run in DIR (conformance.running.selection)
     --isolate/--no-isolate    cases in a worker process (conformance.running.isolation); default: on for GPUs
@@ -29,6 +31,7 @@ SELECTION_ARGUMENTS = {
     "capabilities": ("capabilities", "--conformance-capabilities"),
     "dropout_masks": ("dropout_mask", "--conformance-dropout-mask"),
     "ops": ("op", "--conformance-op"),
+    "config": ("config", "--conformance-config"),
 }
 _SWITCHES = {"isolate": "--conformance-isolate", "check_determinism": "--conformance-determinism"}
 
@@ -48,6 +51,9 @@ def workers(text: str):
 
 def add_arguments(run: argparse.ArgumentParser) -> None:
     """Add the options of the module doc to the `run` (or `flake`) subparser."""
+    run.add_argument("--config", metavar="KERNEL:CFG",
+                     help="run the selected cases with this launch configuration of one bundled kernel, "
+                          "e.g. bwd_dq:m128n64s3w8 (the sweep tier's cfg= token)")
     run.add_argument("--seeds", type=int, metavar="N", help="run every selected case under seeds 0..N-1")
     run.add_argument("--distribution", metavar="SPEC",
                      help="input values: normal, scaled:S, logits:L, outliers:M, nearconst:E")

@@ -33,6 +33,7 @@ from conformance.judging.rule import BOUND, compare_tensor
 from conformance.judging.verdicts import error_fields
 from conformance.reporting import summary
 from conformance.robustness import known_issues
+from conformance.running import configurations
 from conformance.running.capabilities import NotSupported
 from conformance.running.environment import triton_version
 from conformance.running.implementations import Implementations, reproduce_command
@@ -85,7 +86,8 @@ def run_case(case: Case, profile, implementations: Implementations, *,
     drawn_under = case_distribution(case, distribution)
     if drawn_under is not None:
         line["distribution"] = drawn_under.spec
-    unsupported = case.unsupported_reason(profile) or _undeclared(case, implementations)
+    unsupported = (case.unsupported_reason(profile) or _undeclared(case, implementations)
+                   or (configurations.NOT_BUNDLED if case.config and not implementations.is_bundled(case.op) else None))
     if unsupported:
         line.update(verdict=verdicts.UNSUPPORTED, rule_verdict=verdicts.UNSUPPORTED, reason=unsupported)
     else:
@@ -143,6 +145,9 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
     except OutputContract as violation:
         return {"rule_verdict": verdicts.ERROR, "reason": f"{CONTRACT_PREFIX}{violation}"}
     except KernelFailure as failure:
+        too_large = configurations.cannot_launch(case, failure)
+        if too_large:
+            return {"rule_verdict": verdicts.UNSUPPORTED, "reason": too_large}
         return {"rule_verdict": verdicts.ERROR, **error_fields(failure.__cause__ or failure)}
     except TypeError as exc:  # no way to replay its dropout mask
         return {"rule_verdict": verdicts.ERROR, **error_fields(exc)}
@@ -184,7 +189,7 @@ class _Launch:
         """Forward outputs (fwd) or input gradients (bwd) by name; KernelFailure if it raised."""
         case, op = self.case, self.op
         try:
-            with self.implementations.launch_context(case.op):
+            with self.implementations.launch_context(case.op), configurations.applied(case):
                 if self.seed_offset and case.dropout:
                     seed_rng_for_call(case)
                 if case.direction == "fwd":

@@ -19,11 +19,12 @@ from pathlib import Path
 
 from conformance.cases.catalog import Case
 from conformance.cases.tiers import select
+from conformance.running.configurations import with_config
 from conformance.running.results import RESULTS_FILE, read_env, read_results
 
 # key -> value when the option is not given
 DEFAULTS = {"tier": "auto", "cases": [], "seeds": None, "kernels": [], "backend": None, "distribution": None,
-            "capabilities": None, "dropout_masks": [], "ops": []}
+            "capabilities": None, "dropout_masks": [], "ops": [], "config": None}
 
 
 def reseeded(cases: list[Case], seeds: int | None) -> list[Case]:
@@ -48,7 +49,8 @@ def of_ops(cases: list[Case], ops) -> list[Case]:
 def selected_cases(selection: dict, profile) -> tuple[str, list[Case]]:
     """(label for env.json, cases) of a selection; ValueError on a bad tier, id or seed count."""
     label, cases = select(selection["tier"], selection["cases"], profile)
-    return label, reseeded(of_ops(cases, selection.get("ops")), selection["seeds"])
+    cases = with_config(of_ops(cases, selection.get("ops")), selection.get("config"), profile)
+    return label, reseeded(cases, selection["seeds"])
 
 
 def recorded_lines(run_dir: str | Path) -> list[dict]:

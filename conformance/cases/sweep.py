@@ -1,0 +1,88 @@
+"""The sweep tiers: every launch configuration of the bundled kernels' tuning space on
+the active target (kernels.tuning_space), each judged on a few representative cases.
+
+Miscompiles are usually specific to one configuration (one tile shape, stage count,
+warp count), and an autotuner picks different ones on different cards, releases and
+lengths; a standard run sees only the one its launch table picks.  Each case here
+carries its configuration (`cfg=kernel:m128n64s3w8`), so `diff` and `matrix` follow one
+configuration across runs and Triton versions.
+
+    sweep        (GPU) every configuration of every kernel; per configuration two half-
+                 precision cases (one fp16 at D=128, causal, GQA with Sq < Sk; one bf16 at
+                 D=64 with Sq > Sk, rotating causal and dropout over the configurations),
+                 one fp32 case per fp32 configuration and one fp8 forward per forward one
+    sweep-quick  (the interpreter, the nightly matrix) one small case per configuration
+
+Which configurations a case runs is the target's, so the tier is built for a profile.
+"""
+
+from __future__ import annotations
+
+from conformance.cases.catalog import Case
+from kernels.tuning_space import KERNELS, config_text, space
+
+SCOPES = {"sweep": "full", "sweep-quick": "quick"}
+# The call that launches each kernel: (op, direction, extra case fields).
+_CALLS = {
+    "fwd": ("flash_attention", "fwd", {}),
+    "total": ("flash_attention", "fwd", {"total": True}),
+    "bwd_preprocess": ("flash_attention", "bwd", {}),
+    "bwd_dkdv": ("flash_attention", "bwd", {}),
+    "bwd_dq": ("flash_attention", "bwd", {}),
+    "piecewise_fwd": ("piecewise_attention", "fwd", {"dist": 64}),
+    "piecewise_bwd_dkdv": ("piecewise_attention", "bwd", {"dist": 64}),
+    "piecewise_bwd_dq": ("piecewise_attention", "bwd", {"dist": 64}),
+}
+WITH_DROPOUT = ("fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq")
+# (batch, heads, kv_heads, seq_q, seq_k): GQA with ragged Sq < Sk; Sq > Sk, whose first
+# causal rows see no key; a small one for the interpreter.
+GQA_SHAPE = (1, 4, 2, 509, 1024)
+TALL_SHAPE = (2, 2, 2, 333, 200)
+QUICK_SHAPE = (1, 2, 1, 77, 100)
+
+
+def _case(kernel: str, config, dtype: str, head_dim: int, causal: bool, shape, dropout: bool = False) -> Case:
+    op, direction, extra = _CALLS[kernel]
+    batch, heads, kv_heads, seq_q, seq_k = shape
+    return Case(op, direction, dtype, head_dim, causal, batch, heads, kv_heads, seq_q, seq_k,
+                dropout=0.1 if dropout and kernel in WITH_DROPOUT else 0.0,
+                config=f"{kernel}:{config_text(config)}", **extra)
+
+
+def _full_cases(kernel: str, target, dtypes: tuple[str, ...]) -> list[Case]:
+    out = []
+    for index, config in enumerate(space(kernel, target, "fp16")):
+        rotate_causal, rotate_dropout = index % 2 == 0, (index // 2) % 2 == 1
+        out += [_case(kernel, config, "fp16", 128, True, GQA_SHAPE),
+                _case(kernel, config, "bf16", 64, rotate_causal, TALL_SHAPE, rotate_dropout)]
+        if kernel == "fwd" and "fp8e4m3" in dtypes:
+            out.append(_case(kernel, config, "fp8e4m3", 128, rotate_causal, GQA_SHAPE))
+    if kernel != "bwd_preprocess":
+        out += [_case(kernel, config, "fp32", 64, index % 2 == 0, GQA_SHAPE)
+                for index, config in enumerate(space(kernel, target, "fp32"))]
+    return out
+
+
+def _quick_cases(kernel: str, target) -> list[Case]:
+    return [_case(kernel, config, ("fp16", "bf16")[index % 2], (32, 64)[index // 2 % 2], index % 2 == 0,
+                  QUICK_SHAPE, dropout=index % 3 == 0)
+            for index, config in enumerate(space(kernel, target, "fp16"))]
+
+
+def sweep_cases(tier: str, target, dtypes: tuple[str, ...] = ()) -> list[Case]:
+    """The cases of `tier` (sweep or sweep-quick) for `target`, kernel by kernel;
+    `dtypes`: the profile's (fp8 cases only where it has fp8)."""
+    if tier not in SCOPES:
+        raise ValueError(f"unknown sweep tier {tier!r} (known: {', '.join(SCOPES)})")
+    if SCOPES[tier] == "quick":
+        return [case for kernel in KERNELS for case in _quick_cases(kernel, target)]
+    return [case for kernel in KERNELS for case in _full_cases(kernel, target, dtypes)]
+
+
+def configurations(cases: list[Case]) -> dict[str, int]:
+    """kernel:configuration -> how many of `cases` run it (the sweep's cost, before it starts)."""
+    counts: dict[str, int] = {}
+    for case in cases:
+        if case.config:
+            counts[case.config] = counts.get(case.config, 0) + 1
+    return counts

@@ -1,0 +1,77 @@
+"""Launch configurations in a run: a case's own (`cfg=kernel:m128n64s3w8`, the sweep
+tiers), `run --config`, and what becomes of a configuration the device cannot launch.
+
+The bundled kernels read their launch tables through kernels.tuning; a case with a
+configuration runs inside kernels.tuning_space.configured, so that one kernel of its
+call takes that configuration and every other kernel its table's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+from conformance.cases.catalog import Case
+from kernels.tuning_space import check_in_space, configured, parse_config
+
+NOT_BUNDLED = "launch configurations are the bundled kernels' own: this implementation has none to set"
+
+
+def with_config(cases: list[Case], config: str | None, profile) -> list[Case]:
+    """The cases with `config` (`kernel:configuration`, run --config) as their launch
+    configuration; ValueError naming --config when it is malformed, names a kernel a
+    case does not launch, or is not in that kernel's tuning space on the profile's target
+    (the message lists the space)."""
+    if config is None:
+        return cases
+    kernel, separator, text = config.partition(":")
+    if not separator:
+        raise ValueError(f"--config: expected kernel:configuration such as bwd_dq:m128n64s3w8, got {config!r}")
+    out = []
+    for case in cases:
+        try:
+            check_in_space(kernel, text, profile.target, case.dtype)
+            out.append(dataclasses.replace(case, config=config))
+        except ValueError as exc:
+            raise ValueError(f"--config: {exc}") from None
+    return out
+
+
+def applied(case: Case):
+    """The context a case's call runs in: its kernel configured, or nothing to change."""
+    if case.config is None:
+        return contextlib.nullcontext()
+    kernel, _, text = case.config.partition(":")
+    return configured(kernel, parse_config(text))
+
+
+def cannot_launch(case: Case, exc: BaseException) -> str | None:
+    """The reason a configured case is `unsupported`: its configuration does not fit the
+    device (triton's OutOfResources: shared memory, registers); None for any other failure,
+    which stays an error."""
+    if case.config is None:
+        return None
+    while exc is not None:
+        if type(exc).__name__ == "OutOfResources":
+            return f"{case.config.partition(':')[0]} cannot launch {case.config.partition(':')[2]} here: " \
+                   f"{str(exc).splitlines()[0]}"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+# Rough seconds per configured case, compile included (each configuration compiles its
+# kernel anew): measured as the order of magnitude on an H100 (triton 3.6) and on the
+# 2-core CPU build machine's interpreter.
+_SECONDS_PER_CASE = {"cuda": 4.0, "cpu": 3.0}
+
+
+def cost_estimate(cases: list[Case], profile, workers) -> str:
+    """What a run of configured cases will cost, said before it starts."""
+    configs = {case.config for case in cases if case.config}
+    kernels = {config.partition(":")[0] for config in configs}
+    parallel = workers if isinstance(workers, int) and workers > 0 else 1
+    minutes = len(cases) * _SECONDS_PER_CASE.get(profile.device, 3.0) / parallel / 60
+    return (f"conformance: {len(configs)} launch configurations of {len(kernels)} kernels x "
+            f"{len(cases) / max(1, len(configs)):.1f} cases each = {len(cases)} cases on {profile.key}; "
+            f"about {minutes:.0f} min with {parallel} worker{'s' if parallel != 1 else ''} (a rough estimate: "
+            "every configuration compiles its kernel anew)")

@@ -1,0 +1,105 @@
+"""The tuning space of the bundled kernels: every launch configuration a kernel may be
+given on a target, the text that names one (`m128n64s3w8`), and a scoped override.
+
+The launch tables (kernels.tuning) pick one configuration per kernel, head dim and
+dtype; a tuning script, an autotuner or a conformance sweep picks among all of these.
+Miscompiles are usually specific to one configuration, so a harness can judge each of
+them: `configured(kernel, config)` makes every launch of that kernel use it.
+
+Text form: m{BLOCK_M}n{BLOCK_N}s{stages}w{warps}, then `-wpe{N}` (AMD's waves_per_eu)
+and `-tma` (tiles streamed through tensor descriptors) where set.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from contextlib import contextmanager
+from dataclasses import replace
+
+from kernels import tuning
+from kernels.targets import Target
+
+CONFIG_PATTERN = r"m(\d+)n(\d+)s(\d+)w(\d+)(?:-wpe(\d+))?(-tma)?"
+# Kernels that stream their loop's tiles through tensor descriptors where allowed.
+STREAMING = ("fwd", "bwd_dkdv", "bwd_dq")
+KERNELS = (*tuning.KERNELS, "piecewise_fwd", "piecewise_bwd_dkdv", "piecewise_bwd_dq")
+
+# Axes of the space per tile family.  Half precision (fp16/bf16, and fp8 for the forward):
+# the tutorial's and the tables' tiles with their neighbours; fp32 (FMA-unit dots, twice
+# the bytes per element): the small tiles its tables use.  The delta pre-pass has one tile.
+_HALF = dict(block_m=(64, 128), block_n=(32, 64, 128), num_warps=(4, 8), num_stages=(1, 2, 3))
+_FP32 = dict(block_m=(16, 32, 64), block_n=(16, 32), num_warps=(4, 8), num_stages=(1, 2))
+_PREPROCESS = dict(block_m=(32, 64, 128), block_n=(64,), num_warps=(4,), num_stages=(1,))
+# The interpreter ignores warps and stages: only tile shapes differ there.
+_INTERPRETED = dict(block_m=(16, 32, 64), block_n=(16, 32, 64), num_warps=(4,), num_stages=(1,))
+
+
+def config_text(config: tuning.LaunchConfig) -> str:
+    """The name of a configuration, e.g. `m128n64s3w8-tma`."""
+    text = f"m{config.block_m}n{config.block_n}s{config.num_stages}w{config.num_warps}"
+    if config.waves_per_eu is not None:
+        text += f"-wpe{config.waves_per_eu}"
+    return text + ("-tma" if config.descriptors else "")
+
+
+def parse_config(text: str) -> tuning.LaunchConfig:
+    """The configuration a `config_text` names; ValueError (one line) if malformed."""
+    match = re.fullmatch(CONFIG_PATTERN, text)
+    if match is None:
+        raise ValueError(f"malformed launch configuration {text!r} (expected e.g. m128n64s3w8, "
+                         "optionally with -wpe2 and -tma)")
+    block_m, block_n, stages, warps, waves, tma = match.groups()
+    return tuning.LaunchConfig(int(block_m), int(block_n), num_warps=int(warps), num_stages=int(stages),
+                               waves_per_eu=None if waves is None else int(waves), descriptors=bool(tma))
+
+
+def _axes(kernel: str, target: Target, dtype: str) -> dict:
+    if kernel == "bwd_preprocess":
+        return _PREPROCESS
+    if target.interpreted:
+        return _INTERPRETED
+    axes = dict(_FP32 if dtype == "fp32" else _HALF)
+    if target.backend == "hip":  # one stage and 4 wavefronts in the tables; waves_per_eu as a knob
+        axes.update(num_stages=(1, 2), waves_per_eu=(None, 2))
+    if target.corex:  # 64-wide warps: half the warps of a CUDA tile
+        axes.update(num_warps=(2, 4))
+    return axes
+
+
+def space(kernel: str, target: Target, dtype: str = "fp16") -> tuple[tuning.LaunchConfig, ...]:
+    """Every configuration `kernel` may be launched with on `target` for inputs of `dtype`,
+    descriptor streaming included where the target compiles it; some may still not fit
+    the device (shared memory, registers), which only a compile can tell."""
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r} (known: {', '.join(KERNELS)})")
+    axes = _axes(kernel, target, dtype)
+    configs = [tuning.LaunchConfig(**dict(zip(axes, values))) for values in itertools.product(*axes.values())]
+    if kernel in STREAMING and target.tensor_descriptors:
+        configs += [replace(config, descriptors=True) for config in configs]
+    return tuple(configs)
+
+
+def check_in_space(kernel: str, text: str, target: Target, dtype: str = "fp16") -> tuning.LaunchConfig:
+    """The parsed configuration if `kernel`'s space on `target` has it; ValueError listing
+    the space otherwise."""
+    config = parse_config(text)
+    members = space(kernel, target, dtype)
+    if config not in members:
+        raise ValueError(f"{kernel} has no launch configuration {text} on {target.name} for {dtype}; "
+                         f"its {len(members)}: {' '.join(config_text(c) for c in members)}")
+    return config
+
+
+@contextmanager
+def configured(kernel: str, config: tuning.LaunchConfig):
+    """Every launch of `kernel` (all head dims, dtypes and variants) uses `config` inside."""
+    previous = tuning.OVERRIDES.get(kernel)
+    tuning.OVERRIDES[kernel] = config
+    try:
+        yield config
+    finally:
+        if previous is None:
+            tuning.OVERRIDES.pop(kernel, None)
+        else:
+            tuning.OVERRIDES[kernel] = previous
