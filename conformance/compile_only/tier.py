@@ -133,7 +133,10 @@ def run_chunk(profile: BackendProfile, calls: list, cache_dir: str) -> ChunkOutc
 
 
 def judge(line: dict, profile: BackendProfile, measure_note: str | None) -> tuple[str, str]:
-    """pass/fail of a compiled kernel against the target's limits, and why."""
+    """pass/fail of a compiled kernel against the target's limits, and why.  A launch
+    table's configuration over a limit fails (the kernels would not launch); a sweep's
+    (`cfg=` in the id: one configuration of the tuning space) is `unsupported` there:
+    knowing which ones cannot launch on a target is what the sweep scope is for."""
     over, remarks = [], []
     shared, limit = line["shared_bytes"], line["shared_limit_bytes"]
     if shared is not None and limit is not None and shared > limit:
@@ -146,6 +149,8 @@ def judge(line: dict, profile: BackendProfile, measure_note: str | None) -> tupl
         remarks.append(f"spills {line['spills_bytes']:,} B per thread (reported, not a failure)")
     if measure_note:
         remarks.append(measure_note)
+    if over and "cfg=" in line["case"]:
+        return verdicts.UNSUPPORTED, "cannot launch here: " + "; ".join(over)
     return (verdicts.FAIL, "; ".join(over)) if over else (verdicts.PASS, "; ".join(remarks))
 
 
