@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from conformance.judging import verdicts
-from conformance.reporting import configurations, markdown, pictures, summary
+from conformance.reporting import configurations, devices, markdown, pictures, summary
 from conformance.reporting.diff import MARKERS
 
 # A cell starting with a matrix marker (regression, fix, ...) is shaded by it.
@@ -174,6 +174,7 @@ def render(env: dict, lines: list[dict]) -> str:
     title = f"Conformance report: {env.get('backend', '?')} ({env.get('device', '?')})"
     body = [_header(env, lines, title),
             _optional("Implementations", *summary.implementation_table(env, lines), mono=("implementation",)),
+            _optional("Cases per GPU", *devices.gpu_table(env, lines), mono=("UUID",)),
             _probes(lines), _problems(lines), _pictures(lines),
             section("Totals", table(*summary.totals_table(lines))),
             _optional("Known issues", *summary.known_issue_table(lines), mono=("example case",))]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from conformance.reporting import configurations, summary
+from conformance.reporting import configurations, devices, summary
 
 RULE_TEXT = "Rule: kernel_err <= 2 x max(torch_err, floor) for every tensor."
 PROBES_TEXT = ("The Triton primitives the kernels rely on, each checked alone against torch. Probes do not fail "
@@ -116,6 +116,7 @@ def render(env: dict, lines: list[dict]) -> str:
         parts += [f"Implementation: {summary.format_env_value('implementation', env['implementation'])}", ""]
     parts += environment_section(env)
     parts += _optional_section("Implementations", *summary.implementation_table(env, lines), "implementation")
+    parts += _optional_section("Cases per GPU", *devices.gpu_table(env, lines), "UUID")
     parts += probe_section(lines)
     parts += ["## Totals", "", table(*summary.totals_table(lines)), ""]
     if summary.determinism_text(lines):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from conformance.reporting import configurations, summary
+from conformance.reporting import configurations, devices, summary
 
 
 def grid(headers, rows) -> str:
@@ -35,6 +35,7 @@ def render(env: dict, lines: list[dict]) -> str:
     known issues, unsupported reasons, then every line that fails the run."""
     out = [f"Conformance on {env.get('backend', '?')} ({env.get('device', '?')}): {summary.totals_text(lines)}", ""]
     out += _optional_table("implementations", *summary.implementation_table(env, lines))
+    out += _optional_table("cases per GPU", *devices.gpu_table(env, lines))
     out += _optional_table("primitive probes", *summary.probe_table(lines))
     if summary.of_kind(lines, summary.CASE):
         out += [grid(*summary.group_table(lines)), ""]

@@ -74,7 +74,19 @@ def _device_facts(profile) -> dict:
         facts["driver"] = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
         if facts["driver"]:
             facts["driver"] = facts["driver"].splitlines()[0]
+        facts["gpus"] = visible_gpus(torch.cuda)
     return facts
+
+
+def visible_gpus(cuda) -> list[dict]:
+    """Every GPU this process can use: CUDA index (relative to CUDA_VISIBLE_DEVICES), name
+    and UUID, so a multi-GPU report names each card its cases ran on."""
+    gpus = []
+    for index in range(cuda.device_count()):
+        properties = cuda.get_device_properties(index)
+        uuid = getattr(properties, "uuid", None)
+        gpus.append({"index": index, "name": properties.name, "uuid": str(uuid) if uuid is not None else None})
+    return gpus
 
 
 def fingerprint(profile, *, tier: str | None, implementations: dict, command: str) -> dict:
