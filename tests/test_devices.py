@@ -109,3 +109,16 @@ def test_n_auto_on_the_cpu(tmp_path):
     code, lines, _ = run_cli(tmp_path, "exact", *cases, extra=["-n", "auto"])
     assert code == 0
     assert sorted(line["case"] for line in lines if line.get("kind", "case") == "case") == sorted(cases)
+
+
+def test_a_case_that_crashed_its_worker_records_the_gpu_it_was_pinned_to(monkeypatch):
+    """The crashed worker's line has no device_index of its own (its CUDA context is gone)."""
+    config = _worker_config("gw1")
+    monkeypatch.setattr(plugin, "pin_xdist_worker", lambda *args: pin_xdist_worker(*args, cuda=FakeCuda(2)))
+    plugin.pytest_configure(config)
+    state = config.stash[plugin._STATE]
+    crashed = {"case": "x", "verdict": "error", "reason": "worker died"}
+    state.isolated = SimpleNamespace(run=lambda case: dict(crashed))
+    assert state.run(None)["device_index"] == 1
+    state.isolated = SimpleNamespace(run=lambda case: {**crashed, "device_index": 0})
+    assert state.run(None)["device_index"] == 0  # a line that knows its device keeps it

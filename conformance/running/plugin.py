@@ -90,7 +90,12 @@ class ConformanceState:
             return record_device(line, self.profile.device)
         if self.isolated is None:
             self.isolated = IsolatedRunner(self.worker_config(), self.timeout_s, self.error_line)
-        return self.isolated.run(case)
+        line = self.isolated.run(case)
+        if line.get("device_index") is None and self.device_index is not None:
+            # a case that crashed its worker (whose CUDA context can no longer be asked):
+            # the GPU this xdist worker, and so its isolated worker, is pinned to
+            line["device_index"] = self.device_index
+        return line
 
     def worker_config(self) -> dict:
         """What an isolated worker needs to run cases as this process would (conformance.running.worker)."""
