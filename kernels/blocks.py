@@ -14,7 +14,25 @@ to a single hardware instruction; the log-normalizer is stored in natural log.
 import triton
 import triton.language as tl
 
+from kernels.targets import interpreting
+
 LOG2_E = tl.constexpr(1.4426950408889634)
+
+# Tensor descriptors arrived in triton 3.4.  A kernel that names tl.make_tensor_descriptor
+# does not compile at all on 3.2 / 3.3, even where a constexpr branch never takes it (triton
+# resolves every name a kernel uses when it hashes the kernel's dependencies: the matrix
+# caught this).  There the name stands for a stub that is never called: targets report no
+# descriptor support (kernels.targets), so no launch sets DESCRIPTORS.  Under the
+# interpreter the builtin is looked up when called: it patches tl's builtins as it runs.
+if not hasattr(tl, "make_tensor_descriptor"):
+    @triton.jit
+    def make_tensor_descriptor(base, shape, strides, block_shape):
+        tl.static_assert(False, "tensor descriptors need triton >= 3.4")
+elif interpreting():
+    def make_tensor_descriptor(*args, **kwargs):
+        return tl.make_tensor_descriptor(*args, **kwargs)
+else:
+    make_tensor_descriptor = tl.make_tensor_descriptor
 # K extent of one fp8 MMA instruction (mma.sync and wgmma alike).
 FP8_MMA_K = tl.constexpr(32)
 
@@ -64,8 +82,8 @@ def tile_source(base, n_rows, n_cols, stride_row, BLOCK_ROWS: tl.constexpr, BLOC
     Hopper's tensor memory accelerator and read 0 outside the slice, as load_tile's
     masked loads do.  The head-dim stride must be 1 (kernels.launch checks it)."""
     if DESCRIPTORS:  # one return, as in load_rows
-        source = tl.make_tensor_descriptor(base, shape=[n_rows, n_cols], strides=[stride_row, 1],
-                                           block_shape=[BLOCK_ROWS, BLOCK_D])
+        source = make_tensor_descriptor(base, shape=[n_rows, n_cols], strides=[stride_row, 1],
+                                        block_shape=[BLOCK_ROWS, BLOCK_D])
     else:
         source = base
     return source
