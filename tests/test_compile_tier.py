@@ -124,7 +124,7 @@ def test_one_real_compile_for_sm_80(tmp_path):
     assert forward["case"] == "compile.fwd[cuda:sm_80,fp16,d16]" and forward["verdict"] == verdicts.PASS
     assert CONTRACT_FIELDS <= set(forward)
     assert forward["config"] == {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3,
-                                 "CAUSAL": False, "DROPOUT": False}
+                                 "CAUSAL": False, "DROPOUT": False, "DESCRIPTORS": False}
     assert 0 < forward["registers"] <= 255 and forward["spills_bytes"] == 0
     assert 0 < forward["shared_bytes"] <= forward["shared_limit_bytes"] == 163 * 1024
     assert forward["compile_s"] > 0 and forward["backend"] == forward["target"] == "cuda:sm_80"
