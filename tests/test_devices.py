@@ -60,7 +60,7 @@ def _worker_config(worker_id: str) -> SimpleNamespace:
                "conformance_resume": None, "conformance_out": None, "conformance_isolate": "auto",
                "conformance_case_timeout": None, "conformance_determinism": "auto",
                "conformance_capabilities": None, "conformance_dropout_mask": [], "conformance_op": [],
-               "conformance_config": None}
+               "conformance_config": None, "conformance_shard": None}
     return SimpleNamespace(stash=pytest.Stash(), workerinput={"workerid": worker_id},
                            getoption=options.__getitem__, addinivalue_line=lambda *args: None)
 

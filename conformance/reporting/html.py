@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from conformance.judging import verdicts
-from conformance.reporting import configurations, devices, markdown, pictures, summary
+from conformance.reporting import configurations, devices, markdown, merge, pictures, summary
 from conformance.reporting.diff import MARKERS
 
 # A cell starting with a matrix marker (regression, fix, ...) is shaded by it.
@@ -88,7 +88,9 @@ def _environment(env: dict) -> str:
     rows = summary.environment_rows(env)
     notes = "".join(f"<li>{escape(note)}</li>" for note in env.get("profile_notes") or [])
     body = table(["field", "value"], rows, numeric=False) if rows else "<p>(no env.json)</p>"
-    return section("Environment", body, f"<p>Backend notes:</p><ul>{notes}</ul>" if notes else "")
+    headers, machines = merge.machine_table(env)
+    merged = f"<p>Merged from these runs:</p>{table(headers, machines, mono=('folder',))}" if machines else ""
+    return section("Environment", body, f"<p>Backend notes:</p><ul>{notes}</ul>" if notes else "", merged)
 
 
 def _problem(line: dict) -> str:
@@ -172,7 +174,9 @@ def render(env: dict, lines: list[dict]) -> str:
     """The whole HTML report of one run: the probes and what fails first, then the
     pictures, the tables, and the full environment fingerprint last."""
     title = f"Conformance report: {env.get('backend', '?')} ({env.get('device', '?')})"
-    body = [_header(env, lines, title),
+    warnings = "".join(f"<p class='reason'><strong>Merge warning:</strong> {escape(w)}</p>"
+                       for w in env.get("merge_warnings") or [])
+    body = [_header(env, lines, title) + warnings,
             _optional("Implementations", *summary.implementation_table(env, lines), mono=("implementation",)),
             _optional("Cases per GPU", *devices.gpu_table(env, lines), mono=("UUID",)),
             _probes(lines), _problems(lines), _pictures(lines),

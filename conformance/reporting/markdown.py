@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from conformance.reporting import configurations, devices, summary
+from conformance.reporting import configurations, devices, merge, summary
 
 RULE_TEXT = "Rule: kernel_err <= 2 x max(torch_err, floor) for every tensor."
 PROBES_TEXT = ("The Triton primitives the kernels rely on, each checked alone against torch. Probes do not fail "
@@ -47,6 +47,9 @@ def environment_section(env: dict) -> list[str]:
     notes = env.get("profile_notes") or []
     if notes:
         out += ["Backend notes:", "", *(f"* {note}" for note in notes), ""]
+    headers, machines = merge.machine_table(env)
+    if machines:
+        out += ["Merged from these runs (one per shard or machine):", "", table(headers, machines), ""]
     return out
 
 
@@ -112,6 +115,8 @@ def configuration_section(lines: list[dict]) -> list[str]:
 def render(env: dict, lines: list[dict]) -> str:
     """The whole Markdown report of one run."""
     parts = ["# Conformance report", "", headline(lines), ""]
+    parts += [f"**Merge warning:** {warning}" for warning in env.get("merge_warnings") or []]
+    parts += [""] if env.get("merge_warnings") else []
     if env.get("implementation"):
         parts += [f"Implementation: {summary.format_env_value('implementation', env['implementation'])}", ""]
     parts += environment_section(env)

@@ -23,7 +23,8 @@ from packaging.version import InvalidVersion, Version
 
 from conformance.judging.rule import RULE_REVISION
 from conformance.reporting import diff, html, markdown, summary, terminal
-from conformance.running.results import RESULTS_FILE, read_env, read_results
+from conformance.reporting.merge import run_folders
+from conformance.running.results import read_env, read_results
 
 STATUS_FILE = "status.json"  # written by conformance.robustness.matrix_job beside a version's run folders
 MARKERS = diff.MARKERS
@@ -64,17 +65,6 @@ class Matrix:
             baseline += [line for case, line in old.by_id().items() if case not in current]
             found.append((old, new, diff.compare(baseline, new.lines, self.drift)))
         return found
-
-
-def run_folders(paths) -> list[Path]:
-    """The run folders named by `paths`, or found below them."""
-    found = []
-    for path in map(Path, paths):
-        if (path / RESULTS_FILE).exists():
-            found.append(path)
-        else:
-            found += sorted(results.parent for results in path.rglob(RESULTS_FILE))
-    return found
 
 
 def _version_key(text: str):

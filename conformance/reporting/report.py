@@ -15,9 +15,9 @@ from pathlib import Path
 
 from conformance.reporting import html, junit, markdown, terminal
 from conformance.reporting.summary import format_ratio
-from conformance.running.results import SUMMARY_FILE, read_env, read_results, to_json
+from conformance.running.results import ResultsWriter, SUMMARY_FILE, read_env, read_results, to_json
 
-__all__ = ["FILES", "FORMATS", "format_ratio", "jsonl", "render", "render_run", "write_reports"]
+__all__ = ["FILES", "FORMATS", "format_ratio", "jsonl", "render", "render_run", "write_reports", "write_run"]
 
 
 def jsonl(env: dict, lines: list[dict]) -> str:
@@ -46,6 +46,15 @@ def write_reports(run_dir: str | Path) -> list[Path]:
         path.write_text(FORMATS[fmt](env, lines), encoding="utf-8")
         written.append(path)
     return written
+
+
+def write_run(run_dir: str | Path, env: dict, lines: list[dict]) -> Path:
+    """A run folder made from given results (a merge of shards): env.json and results.jsonl."""
+    writer = ResultsWriter(run_dir, env)
+    for line in lines:
+        writer.append(line)
+    writer.close()
+    return Path(run_dir)
 
 
 def render_run(run_dir: str | Path) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from conformance.reporting import configurations, devices, summary
+from conformance.reporting import configurations, devices, merge, summary
 
 
 def grid(headers, rows) -> str:
@@ -34,6 +34,8 @@ def render(env: dict, lines: list[dict]) -> str:
     """Header, probes, case summary, worst ratio per tensor, compile overview,
     known issues, unsupported reasons, then every line that fails the run."""
     out = [f"Conformance on {env.get('backend', '?')} ({env.get('device', '?')}): {summary.totals_text(lines)}", ""]
+    out += [f"MERGE WARNING: {warning}" for warning in env.get("merge_warnings") or []]
+    out += _optional_table("merged runs", *merge.machine_table(env))
     out += _optional_table("implementations", *summary.implementation_table(env, lines))
     out += _optional_table("cases per GPU", *devices.gpu_table(env, lines))
     out += _optional_table("primitive probes", *summary.probe_table(lines))

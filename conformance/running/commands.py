@@ -17,6 +17,7 @@ from conformance.judging.verdicts import run_failed
 from conformance.running import run_options
 from conformance.running.implementations import Implementations
 from conformance.running.configurations import cost_estimate, with_config
+from conformance.running.shards import parse_shard, sharded
 from conformance.running.plugin import SUITE_PATH
 from conformance.running.results import default_run_dir
 from conformance.usage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, backend_profile
@@ -86,6 +87,7 @@ def _run_selection(args) -> tuple[dict, backends.BackendProfile, list]:
         raise UsageError(f"argument --op: no case of {', '.join(selection['ops'])} selected")
     try:
         cases = reseeded(with_config(cases, selection["config"], profile), selection["seeds"])
+        cases = sharded(cases, parse_shard(selection["shard"]))
         parse_optional(selection["distribution"])
     except ValueError as exc:  # the messages start with the option's name
         raise UsageError(f"argument {exc}") from None

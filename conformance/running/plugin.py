@@ -134,6 +134,8 @@ def pytest_addoption(parser):
                     help="TOML file declaring what the judged implementations support")
     group.addoption("--conformance-dropout-mask", action="append", default=[], metavar="[OP=]MOD:FN",
                     help="recompute the keep mask of a kernel that returns (seed, offset)")
+    group.addoption("--conformance-shard", default=None, metavar="K/N",
+                    help="only the K-th of N cost-balanced parts of the selected cases")
     group.addoption("--conformance-config", default=None, metavar="KERNEL:CFG",
                     help="the selected cases with this launch configuration of one bundled kernel")
     group.addoption("--conformance-seeds", type=int, default=None, metavar="N",

@@ -1,6 +1,8 @@
 """`run`'s options beyond tier, case, kernel and backend, and their pytest translation.
 
     --seeds N                 every selected case under seeds 0 .. N-1
+    --shard K/N               only the K-th of N cost-balanced parts of the selection
+                              (conformance.running.shards); the union of the N is the selection
     --config KERNEL:CFG       the selected cases with one kernel's launch configuration set
                               (kernels.tuning_space), e.g. bwd_dq:m128n64s3w8
     --distribution SPEC       input values (conformance.cases.distributions), e.g. logits:1e4
@@ -32,6 +34,7 @@ SELECTION_ARGUMENTS = {
     "dropout_masks": ("dropout_mask", "--conformance-dropout-mask"),
     "ops": ("op", "--conformance-op"),
     "config": ("config", "--conformance-config"),
+    "shard": ("shard", "--conformance-shard"),
 }
 _SWITCHES = {"isolate": "--conformance-isolate", "check_determinism": "--conformance-determinism"}
 
@@ -51,6 +54,8 @@ def workers(text: str):
 
 def add_arguments(run: argparse.ArgumentParser) -> None:
     """Add the options of the module doc to the `run` (or `flake`) subparser."""
+    run.add_argument("--shard", metavar="K/N",
+                     help="run only the K-th of N disjoint, cost-balanced parts of the selection (1 <= K <= N)")
     run.add_argument("--config", metavar="KERNEL:CFG",
                      help="run the selected cases with this launch configuration of one bundled kernel, "
                           "e.g. bwd_dq:m128n64s3w8 (the sweep tier's cfg= token)")

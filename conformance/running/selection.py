@@ -20,11 +20,12 @@ from pathlib import Path
 from conformance.cases.catalog import Case
 from conformance.cases.tiers import select
 from conformance.running.configurations import with_config
+from conformance.running.shards import parse_shard, sharded
 from conformance.running.results import RESULTS_FILE, read_env, read_results
 
 # key -> value when the option is not given
 DEFAULTS = {"tier": "auto", "cases": [], "seeds": None, "kernels": [], "backend": None, "distribution": None,
-            "capabilities": None, "dropout_masks": [], "ops": [], "config": None}
+            "capabilities": None, "dropout_masks": [], "ops": [], "config": None, "shard": None}
 
 
 def reseeded(cases: list[Case], seeds: int | None) -> list[Case]:
@@ -50,7 +51,7 @@ def selected_cases(selection: dict, profile) -> tuple[str, list[Case]]:
     """(label for env.json, cases) of a selection; ValueError on a bad tier, id or seed count."""
     label, cases = select(selection["tier"], selection["cases"], profile)
     cases = with_config(of_ops(cases, selection.get("ops")), selection.get("config"), profile)
-    return label, reseeded(cases, selection["seeds"])
+    return label, sharded(reseeded(cases, selection["seeds"]), parse_shard(selection.get("shard")))
 
 
 def recorded_lines(run_dir: str | Path) -> list[dict]:

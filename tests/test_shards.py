@@ -1,0 +1,92 @@
+"""Shards and merging (issue 20): `run --shard K/N` splits any selection into disjoint,
+cost-balanced parts, and `report`/`diff` read the shards' folders as one run."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.cases.tiers import TIERS, cases
+from conformance.reporting.merge import merge
+from conformance.running.results import ResultsWriter
+from conformance.running.shards import case_cost, parse_shard, shard_of_each, sharded
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("tier", list(TIERS))
+@pytest.mark.parametrize("count", [1, 2, 3, 7])
+def test_the_shards_of_every_tier_partition_it(tier, count):
+    selection = cases(tier)
+    parts = [sharded(selection, (index, count)) for index in range(1, count + 1)]
+    ids = [case.id for part in parts for case in part]
+    assert sorted(ids) == sorted(case.id for case in selection)  # disjoint, and the union is the selection
+    # the same parts whatever order the selection came in (every machine computes the same split)
+    shuffled = [sharded(list(reversed(selection)), (index, count)) for index in range(1, count + 1)]
+    assert [{c.id for c in part} for part in parts] == [{c.id for c in part} for part in shuffled]
+
+
+def test_shards_are_balanced_by_cost_not_by_count():
+    selection = cases("standard")
+    owner = shard_of_each(selection, 4)
+    loads = [sum(case_cost(c) for c in selection if owner[c.id] == k) for k in range(1, 5)]
+    assert max(loads) <= 1.25 * sum(loads) / 4
+
+
+@pytest.mark.parametrize("text", ["0/3", "4/3", "3", "a/b", "1/0"])
+def test_a_malformed_shard_is_refused(text):
+    with pytest.raises(ValueError, match="--shard"):
+        parse_shard(text)
+
+
+def test_a_bad_shard_is_a_usage_error_before_anything_runs(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "conformance", "run", "--tier", "smoke", "--shard", "4/3",
+                             "--backend", "interpreter", "--out", str(tmp_path / "run")],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--shard: K must be between 1 and N" in result.stderr
+
+
+def _folder(root: Path, name: str, lines: list[dict], shard: str | None, harness: str = "abc") -> Path:
+    env = {"backend": "interpreter:cpu", "tier": "smoke", "triton": "3.9.0", "harness": {"revision": harness},
+           "device": f"machine-{name}", "selection": {"shard": shard}}
+    writer = ResultsWriter(root / name, env)
+    for line in lines:
+        writer.append(line)
+    writer.close()
+    return root / name
+
+
+def test_merging_names_every_machine_and_what_would_make_it_wrong(tmp_path):
+    a = _folder(tmp_path, "a", [{"case": "x", "verdict": "pass"}], "1/3")
+    _folder(tmp_path, "b", [{"case": "y", "verdict": "pass"}, {"case": "x", "verdict": "fail"}], "2/3", harness="def")
+    merged = merge([tmp_path])
+    assert [line["case"] for line in merged.lines] == ["x", "y"]
+    assert [m["device"] for m in merged.env["machines"]] == ["machine-a", "machine-b"]
+    text = " | ".join(merged.problems)
+    assert "shard 3/3 missing" in text and "differ in harness" in text and "x recorded twice" in text
+    assert merge([a]).problems == [] and "machines" not in merge([a]).env
+
+
+def test_the_smoke_tier_in_three_shards_merges_to_the_unsharded_verdicts(tmp_path):
+    """Three processes, one shard each, then `report --out` and `diff` against one whole run."""
+    run = [sys.executable, "-m", "conformance", "run", "--tier", "smoke", "--backend", "interpreter", "--no-isolate"]
+    shards = [subprocess.Popen([*run, "--shard", f"{k}/3", "--out", str(tmp_path / "shards" / f"s{k}")], cwd=REPO,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for k in (1, 2, 3)]
+    whole = subprocess.run([*run, "--out", str(tmp_path / "whole")], cwd=REPO, capture_output=True, text=True,
+                           timeout=1200)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    for process in shards:
+        assert process.wait(timeout=1200) == 0, process.stderr.read()[-2000:]
+    merged = subprocess.run([sys.executable, "-m", "conformance", "report", str(tmp_path / "shards"),
+                             "--out", str(tmp_path / "merged")], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert merged.returncode == 0, merged.stderr
+    diff = subprocess.run([sys.executable, "-m", "conformance", "diff", str(tmp_path / "whole"), str(tmp_path / "shards")],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert diff.returncode == 0 and "regression 0, fixed 0, changed 0, drift 0, new 0, removed 0" in diff.stdout
+    summary = (tmp_path / "merged" / "summary.md").read_text()
+    assert summary.count("| 1/3 ") + summary.count("| 2/3 ") + summary.count("| 3/3 ") == 3
+    merged_ids = {json.loads(l)["case"] for l in (tmp_path / "merged" / "results.jsonl").read_text().splitlines()}
+    whole_ids = {json.loads(l)["case"] for l in (tmp_path / "whole" / "results.jsonl").read_text().splitlines()}
+    assert merged_ids == whole_ids
