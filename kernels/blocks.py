@@ -311,12 +311,6 @@ def raw_scores(q, k, INTERPRETED: tl.constexpr):
 
 
 @triton.jit
-def scores(q, k, qk_scale, INTERPRETED: tl.constexpr):
-    """Base-2 scores (q @ k^T) * sm_scale * log2(e), fp32."""
-    return raw_scores(q, k, INTERPRETED) * qk_scale
-
-
-@triton.jit
 def normalised(raw, lse, sm_scale):
     """Attention probabilities exp(raw * sm_scale - lse) of unscaled fp32 scores, rebuilt
     from the stored natural-log normalizer `lse`, broadcast to raw's shape (-inf for rows

@@ -10,7 +10,7 @@ import pytest
 
 from conformance import backends
 from conformance.cases.catalog import Case
-from conformance.cases.sweep import configurations, sweep_cases
+from conformance.cases.sweep import configuration_counts, sweep_cases
 from conformance.compile_only import plan
 from conformance.compile_only.targets import target_profile
 from conformance.compile_only.tier import judge
@@ -56,7 +56,7 @@ def test_a_sweep_covers_every_configuration_of_every_kernel_once_named(tier, tar
     ids = [case.id for case in cases]
     assert len(ids) == len(set(ids)) and all("cfg=" in case_id for case_id in ids)
     assert all(Case.from_id(case_id).id == case_id for case_id in ids[:50])
-    covered = configurations(cases)
+    covered = configuration_counts(cases)
     for kernel in tuning_space.KERNELS:
         for config in tuning_space.space(kernel, target, "fp16"):
             assert f"{kernel}:{tuning_space.config_text(config)}" in covered

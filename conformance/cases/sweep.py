@@ -79,7 +79,7 @@ def sweep_cases(tier: str, target, dtypes: tuple[str, ...] = ()) -> list[Case]:
     return [case for kernel in KERNELS for case in _full_cases(kernel, target, dtypes)]
 
 
-def configurations(cases: list[Case]) -> dict[str, int]:
+def configuration_counts(cases: list[Case]) -> dict[str, int]:
     """kernel:configuration -> how many of `cases` run it (the sweep's cost, before it starts)."""
     counts: dict[str, int] = {}
     for case in cases:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.reporting.summary import format_env_value
 from conformance.running.results import RESULTS_FILE, read_env, read_results
 
 # env.json fields whose difference between folders makes them not one run.
@@ -107,6 +108,7 @@ def machine_table(env: dict) -> tuple[list[str], list[list]]:
     """One row per merged folder: where each part ran."""
     rows = [[m.get("shard") or "-", m.get("device") or "?",
              ", ".join(gpu.get("uuid") or str(gpu.get("index")) for gpu in m.get("gpus") or []) or "-",
-             m.get("triton") or "?", _revision(m) or "?", m.get("time_utc") or "?", m.get("folder")]
+             m.get("triton") or "?", format_env_value("harness", m.get("harness")), m.get("time_utc") or "?",
+             m.get("folder")]
             for m in env.get("machines") or []]
     return ["shard", "device", "GPUs", "triton", "harness", "time", "folder"], rows

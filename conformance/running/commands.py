@@ -10,14 +10,13 @@ from conformance import backends
 from conformance.cases.catalog import OPS
 from conformance.cases.sweep import SCOPES as SWEEPS
 from conformance.cases.distributions import parse_optional
-from conformance.running.selection import of_ops, recorded_lines, reseeded
+from conformance.running.selection import of_ops, recorded_lines, refined
 from conformance.cases.tiers import select
 from conformance.judging import verdicts
 from conformance.judging.verdicts import run_failed
 from conformance.running import run_options
 from conformance.running.implementations import Implementations
-from conformance.running.configurations import cost_estimate, with_config
-from conformance.running.shards import parse_shard, sharded
+from conformance.running.configurations import cost_estimate
 from conformance.running.plugin import SUITE_PATH
 from conformance.running.results import default_run_dir
 from conformance.usage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, backend_profile
@@ -82,12 +81,10 @@ def _run_selection(args) -> tuple[dict, backends.BackendProfile, list]:
     profile = backend_profile(selection["backend"], activate=True)  # before anything imports the kernels
     _implementations(selection)
     _, cases = _selection(selection["tier"], selection["cases"], profile)
-    cases = of_ops(cases, selection["ops"])
-    if not cases:
+    if not of_ops(cases, selection["ops"]):
         raise UsageError(f"argument --op: no case of {', '.join(selection['ops'])} selected")
     try:
-        cases = reseeded(with_config(cases, selection["config"], profile), selection["seeds"])
-        cases = sharded(cases, parse_shard(selection["shard"]))
+        cases = refined(cases, selection, profile)
         parse_optional(selection["distribution"])
     except ValueError as exc:  # the messages start with the option's name
         raise UsageError(f"argument {exc}") from None

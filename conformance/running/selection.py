@@ -47,11 +47,18 @@ def of_ops(cases: list[Case], ops) -> list[Case]:
     return [case for case in cases if not ops or case.op in ops]
 
 
-def selected_cases(selection: dict, profile) -> tuple[str, list[Case]]:
-    """(label for env.json, cases) of a selection; ValueError on a bad tier, id or seed count."""
-    label, cases = select(selection["tier"], selection["cases"], profile)
+def refined(cases: list[Case], selection: dict, profile) -> list[Case]:
+    """A tier's or the ids' cases under the selection's other options, in the one order
+    every entry point applies them: --op, --config, --seeds, then --shard (a shard is a
+    part of the reseeded selection).  ValueError naming the option."""
     cases = with_config(of_ops(cases, selection.get("ops")), selection.get("config"), profile)
-    return label, sharded(reseeded(cases, selection["seeds"]), parse_shard(selection.get("shard")))
+    return sharded(reseeded(cases, selection["seeds"]), parse_shard(selection.get("shard")))
+
+
+def selected_cases(selection: dict, profile) -> tuple[str, list[Case]]:
+    """(label for env.json, cases) of a selection; ValueError on a bad tier, id or option."""
+    label, cases = select(selection["tier"], selection["cases"], profile)
+    return label, refined(cases, selection, profile)
 
 
 def recorded_lines(run_dir: str | Path) -> list[dict]:
