@@ -19,11 +19,12 @@ import time
 from dataclasses import dataclass
 
 import torch
-from reference import MATCHED
+from conformance.bundled.reference import MATCHED
 
 from conformance.cases.catalog import Case
 from conformance.cases.distributions import Distribution
 from conformance.cases.inputs import DTYPE_NAMES, TORCH_DTYPES, Inputs, case_distribution, make_inputs
+from conformance.diagnosing import diagnosis
 from conformance.judging import determinism, verdicts
 from conformance.judging.comparison_paths import comparison_paths
 from conformance.judging.dropout import dropout_replay, seed_rng_for_call
@@ -162,6 +163,7 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
                               delta_noise=noise.stored_output.get(name, 0.0) if noise else 0.0,
                               accumulator_noise=noise.accumulator.get(name, 0.0) if noise else 0.0)
                for name, ref in paths.reference.items()]
+    _diagnose(case, tensors, kernel, paths, inputs, implementations.is_bundled(case.op))
     verdict, reason = _rule_verdict(tensors)
     extra = {"dropout_keep_rate": replay.keep_rate()} if replay is not None else {}
     if replay is not None and verdict == verdicts.PASS and replay.rate_problem():
@@ -171,6 +173,19 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
         extra["deterministic"] = not differing
     return {"rule_verdict": verdict, "reason": reason, "tensors": tensors,
             "worst_ratio": worst_ratio(tensors), **convention, **extra}
+
+
+def _diagnose(case: Case, tensors: list[dict], kernel: dict, paths, inputs: Inputs, bundled: bool) -> None:
+    """Every tensor gets its error in ulps; a failing one also `where` it fails (conformance.diagnosing)."""
+    for record in tensors:
+        name = record["name"]
+        ref = paths.reference[name]
+        diagnosis.spread(record, kernel[name], paths.torch_paths[name], ref, expected_dtype(case, name))
+        if diagnosis.failing(record):
+            region = paths.bad_input_regions.get(name)
+            record["where"] = diagnosis.diagnosed(case, record, kernel[name], ref, inputs.tensors, inputs.do,
+                                                  exclude=region.reached if region is not None else None,
+                                                  bundled=bundled)
 
 
 @dataclass
