@@ -50,3 +50,13 @@ def diagnosed(case: Case, tensor: dict, kernel, ref, inputs: dict, do, exclude=N
         return where(case, tensor, kernel, ref, inputs, do, exclude, tiles)
     except Exception as exc:  # a diagnosis must never cost the case its verdict
         return {"pattern": "unclassified", "evidence": f"diagnosis failed: {type(exc).__name__}: {exc}"[:300]}
+
+
+def case_pattern(tensors: list[dict]) -> str | None:
+    """'tensor: pattern' of a case's most specific diagnosed tensor (fault_patterns.specificity),
+    None when no tensor was diagnosed."""
+    diagnosed_tensors = [t for t in tensors if t.get("where")]
+    if not diagnosed_tensors:
+        return None
+    best = min(diagnosed_tensors, key=lambda t: fault_patterns.specificity(t["where"]["pattern"]))
+    return f"{best['name']}: {best['where']['pattern']}"

@@ -242,6 +242,25 @@ def name(found: Profiles, g: Geometry) -> tuple[str, str]:
     return "unclassified", _largest_regions(found, g)
 
 
+def specificity(pattern: str) -> int:
+    """A pattern's rank, most specific first: the order of CHECKS; unclassified last."""
+    names = [check.__name__ for check in CHECKS]
+    return names.index(PATTERN_CHECK[pattern]) if pattern in PATTERN_CHECK else len(names)
+
+
+# The check that names each pattern (for specificity; patterns with a variable word share it).
+PATTERN_CHECK = {
+    "rows with no visible key": "no_visible_key", "one element": "one_element",
+    "a head-dim tail": "head_dim_tail", "the kv-head mapping (GQA)": "kv_head_mapping",
+    "one kv-head group": "one_kv_group", "every batch but the first": "all_but_first",
+    "every head but the first": "all_but_first", "one (batch, head) slice": "one_slice",
+    "the last partial query block": "partial_last_rows", "the last partial key block": "partial_last_rows",
+    "the first query block only": "first_rows", "the first key block only": "first_rows",
+    "the causal diagonal band": "causal_band", "dropout-kept elements only": "dropout_rescale",
+    "every element by a common factor": "common_factor", "every row uniformly": "every_row",
+}
+
+
 def _largest_regions(found: Profiles, g: Geometry) -> str:
     blocks = binned(found.rows, GRID)
     top = torch.argsort(blocks, descending=True)[:3].tolist()

@@ -98,8 +98,8 @@ def bundled_tiles(case: Case, name: str) -> tuple[int, int] | None:
         return None
     from conformance.cases.inputs import TORCH_DTYPES
     from conformance.running.configurations import applied
-    from kernels.launch import padded_head_dim
-    from kernels.tuning import launch_config
+    from conformance.bundled.kernels.launch import padded_head_dim
+    from conformance.bundled.kernels.tuning import launch_config
 
     variant = "dropout" if case.dropout else None
     head_dim = padded_head_dim(case.head_dim, TORCH_DTYPES[case.dtype])

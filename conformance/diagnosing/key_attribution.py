@@ -50,7 +50,7 @@ def attribution_map(geometry: Geometry, inputs: dict, do, kernel, ref, over: tor
     """(query blocks x key blocks + 1) excess, summed over slices, at `grid`; the last column
     is out's tile padding beyond Sk (module doc). `over` is the per-element excess
     (localization.excess); inputs the case's q, k, v; do the output gradient (backward)."""
-    from reference import REFERENCE, attention_forward
+    from conformance.bundled.reference import REFERENCE, attention_forward
 
     q, k, v = (inputs[name].detach().to(over.device, torch.float64) for name in ("q", "k", "v"))
     do64 = do.detach().to(over.device, torch.float64) if do is not None else None

@@ -1,6 +1,7 @@
 """The reporting subcommands of `python -m conformance` (registered by conformance.cli).
 
     report DIR... [--out DIR] [--format all|terminal|markdown|html|junit|jsonl] [--output FILE]
+           [--shrink [--shrink-budget S]]
     diff OLD NEW [--drift X] [--format terminal|markdown] [--output FILE]
     matrix DIR... [--drift X] [--format terminal|markdown|html] [--output FILE]
 
@@ -36,6 +37,11 @@ def add_parsers(commands) -> None:
     report.add_argument("--format", default="all", choices=REPORT_FORMATS,
                         help="all (default): write summary.md, report.html, junit.xml into DIR and print the table")
     report.add_argument("--output", metavar="FILE", help="write a single format here instead of stdout")
+    report.add_argument("--shrink", action="store_true",
+                        help="first find the smallest failing case of every failing case (re-runs them with the "
+                             "run's backend and kernels; DIR/shrunk.jsonl)")
+    report.add_argument("--shrink-budget", type=float, default=120.0, metavar="S",
+                        help="seconds per failing case for --shrink (default 120)")
 
     compare = commands.add_parser("diff", help="regressions, fixes, new/removed ids and ratio drift between runs")
     compare.add_argument("old", metavar="OLD", help="run folder of the baseline (or a folder of shards)")
@@ -94,6 +100,10 @@ def command_report(args) -> int:
             raise _usage_error("argument --out: several run folders merge into a new folder: name it with --out")
         merged = _merged(args.run_dirs, "DIR")
         run_dir, problems = write_run(args.out, merged.env, merged.lines), merged.problems
+    if args.shrink:
+        from conformance.diagnosing.shrink_command import shrink_run
+
+        shrink_run(run_dir, args.shrink_budget)
     if args.format == "all":
         if args.output:
             raise _usage_error("argument --output: needs a single --format")

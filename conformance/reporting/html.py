@@ -9,7 +9,8 @@ from __future__ import annotations
 from html import escape
 
 from conformance.judging import verdicts
-from conformance.reporting import configurations, devices, markdown, merge, pictures, summary
+from conformance.reporting import compile_time
+from conformance.reporting import configurations, devices, localized, markdown, merge, pictures, summary
 from conformance.reporting.diff import MARKERS
 
 # A cell starting with a matrix marker (regression, fix, ...) is shaded by it.
@@ -102,6 +103,10 @@ def _problem(line: dict) -> str:
         parts.append(f'<p class="fault">{escape(line["backend_fault"])}</p>')
     if line.get("tensors"):
         parts.append(table(summary.TENSOR_HEADERS, summary.tensor_rows(line)))
+    where = localized.where_lines(line)
+    if where:
+        parts.append(f'<pre class="where">{escape(chr(10).join(where))}</pre>')
+        parts += [localized.strip_svg(tensor) for tensor in line["tensors"] if tensor.get("where")]
     if line.get("traceback"):
         traceback = escape(summary.plain(line["traceback"]))
         parts.append(f"<details><summary>traceback</summary><pre>{traceback}</pre></details>")
@@ -179,6 +184,7 @@ def render(env: dict, lines: list[dict]) -> str:
     body = [_header(env, lines, title) + warnings,
             _optional("Implementations", *summary.implementation_table(env, lines), mono=("implementation",)),
             _optional("Cases per GPU", *devices.gpu_table(env, lines), mono=("UUID",)),
+            _optional(compile_time.TITLE, *compile_time.compile_time_table(lines), mono=("implementation",)),
             _probes(lines), _problems(lines), _pictures(lines),
             section("Totals", table(*summary.totals_table(lines))),
             _optional("Known issues", *summary.known_issue_table(lines), mono=("example case",))]

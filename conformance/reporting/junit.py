@@ -27,7 +27,7 @@ from collections import Counter
 from tabulate import tabulate
 
 from conformance.judging import verdicts
-from conformance.reporting import summary
+from conformance.reporting import localized, summary
 
 # verdict -> JUnit child element of the testcase (None: passed).
 OUTCOMES = {
@@ -71,6 +71,7 @@ def _details(line: dict) -> str:
         parts.append(line["backend_fault"])
     if line.get("tensors"):
         parts.append(tabulate(summary.tensor_rows(line), headers=summary.TENSOR_HEADERS, disable_numparse=True))
+    parts += localized.where_lines(line)
     if line.get("traceback"):
         parts.append(summary.plain(line["traceback"]))
     if line.get("reproduce"):

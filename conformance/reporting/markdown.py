@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from conformance.reporting import configurations, devices, merge, summary
+from conformance.reporting import compile_time
+from conformance.reporting import configurations, devices, localized, merge, summary
 
 RULE_TEXT = "Rule: kernel_err <= 2 x max(torch_err, floor) for every tensor."
 PROBES_TEXT = ("The Triton primitives the kernels rely on, each checked alone against torch. Probes do not fail "
@@ -69,6 +70,9 @@ def problem_details(line: dict) -> list[str]:
         out += [f"**{line['backend_fault']}**", ""]
     if line.get("tensors"):
         out += [table(summary.TENSOR_HEADERS, summary.tensor_rows(line)), ""]
+    if localized.where_lines(line):
+        out += ["Where:", "", *(f"* {text.strip()}" if not text.startswith("    ") else f"  * {text.strip()}"
+                                for text in localized.where_lines(line)), ""]
     if line.get("traceback"):
         out += ["```", summary.plain(line["traceback"]), "```", ""]
     if line.get("reproduce"):
@@ -122,6 +126,7 @@ def render(env: dict, lines: list[dict]) -> str:
     parts += environment_section(env)
     parts += _optional_section("Implementations", *summary.implementation_table(env, lines), "implementation")
     parts += _optional_section("Cases per GPU", *devices.gpu_table(env, lines), "UUID")
+    parts += _optional_section(compile_time.TITLE, *compile_time.compile_time_table(lines), "implementation")
     parts += probe_section(lines)
     parts += ["## Totals", "", table(*summary.totals_table(lines)), ""]
     if summary.determinism_text(lines):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conformance.diagnosing.shrink_command import attach_shrunk
 from conformance.reporting import html, junit, markdown, terminal
 from conformance.reporting.summary import format_ratio
 from conformance.running.results import ResultsWriter, SUMMARY_FILE, read_env, read_results, to_json
@@ -31,15 +32,20 @@ FORMATS = {"terminal": terminal.render, "markdown": markdown.render, "html": htm
 FILES = {"markdown": SUMMARY_FILE, "html": "report.html", "junit": "junit.xml"}
 
 
+def _lines(run_dir: str | Path) -> list[dict]:
+    """The results lines, with the smallest failing cases of `report --shrink` attached."""
+    return attach_shrunk(run_dir, read_results(run_dir))
+
+
 def render(run_dir: str | Path, fmt: str) -> str:
     """One format of a run folder's report."""
-    return FORMATS[fmt](read_env(run_dir), read_results(run_dir))
+    return FORMATS[fmt](read_env(run_dir), _lines(run_dir))
 
 
 def write_reports(run_dir: str | Path) -> list[Path]:
     """(Re)write summary.md, report.html and junit.xml of a run folder; their paths."""
     run_dir = Path(run_dir)
-    env, lines = read_env(run_dir), read_results(run_dir)
+    env, lines = read_env(run_dir), _lines(run_dir)
     written = []
     for fmt, name in FILES.items():
         path = run_dir / name

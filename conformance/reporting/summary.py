@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 
 from conformance.cases.catalog import DIRECTIONS, DTYPES
 from conformance.judging import verdicts
+from conformance.reporting import localized
 from conformance.running.implementations import BUNDLED_MODULE
 
 CASE, PROBE, COMPILE = "case", "probe", "compile"
 KINDS = (CASE, PROBE, COMPILE)
 # Verdicts listed line by line at the top of a report, in this order.
 PROBLEM_VERDICTS = (verdicts.FAIL, verdicts.NONFINITE, verdicts.ERROR, verdicts.XPASS)
-TENSOR_HEADERS = ["tensor", "kernel_err", "torch_err", "floor", "ratio"]
+TENSOR_HEADERS = ["tensor", "kernel_err", "torch_err", "floor", "ratio", "ulps median/p99", "pattern"]
 ENV_ORDER = ("device", "backend", "arch", "driver", "cuda_runtime", "hip_runtime", "torch", "triton",
              "numpy", "python", "platform", "harness", "time_utc", "tier", "implementation", "command")
 _REASON_CHARS = 160
@@ -230,7 +231,8 @@ def tensor_table(lines: list[dict]) -> tuple[list[str], list[list]]:
 def tensor_rows(line: dict) -> list[list[str]]:
     """One case's errors per tensor (TENSOR_HEADERS)."""
     return [[t["name"], format_error(t.get("kernel_err")), format_error(t.get("torch_err")),
-             format_error(t.get("floor")), format_ratio(t.get("ratio"))] for t in line.get("tensors", [])]
+             format_error(t.get("floor")), format_ratio(t.get("ratio")), localized.ulps_text(t),
+             localized.pattern_text(t)] for t in line.get("tensors", [])]
 
 
 def problems(lines: list[dict]) -> list[dict]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from conformance.reporting import configurations, devices, merge, summary
+from conformance.reporting import compile_time
+from conformance.reporting import configurations, devices, localized, merge, summary
 
 
 def grid(headers, rows) -> str:
@@ -21,6 +22,7 @@ def _problem_lines(line: dict) -> list[str]:
            f"          {summary.one_line(line.get('reason'), 400)}"]
     if line.get("backend_fault"):
         out.append(f"          {line['backend_fault']}")
+    out += [f"          {text}" for text in localized.where_lines(line)]
     if line.get("reproduce"):
         out.append(f"          reproduce: {line['reproduce']}")
     return out
@@ -38,6 +40,7 @@ def render(env: dict, lines: list[dict]) -> str:
     out += _optional_table("merged runs", *merge.machine_table(env))
     out += _optional_table("implementations", *summary.implementation_table(env, lines))
     out += _optional_table("cases per GPU", *devices.gpu_table(env, lines))
+    out += _optional_table(compile_time.TITLE.lower(), *compile_time.compile_time_table(lines))
     out += _optional_table("primitive probes", *summary.probe_table(lines))
     if summary.of_kind(lines, summary.CASE):
         out += [grid(*summary.group_table(lines)), ""]

@@ -79,8 +79,14 @@ def run_case(case: Case, profile, implementations: Implementations, *,
     registry: known-issue entries (default: the bundled known_issues.toml).
     check_determinism: launch a forward twice; the line gets `deterministic` (conformance.judging.determinism).
     distribution: reshape the input values (conformance.cases.distributions); the line gets `distribution`.
+
+    `duration_s` is the whole case: inputs, the implementation's calls (compilation included),
+    the reference paths and the judging. An implementation that compiles (flex) adds
+    `compile_s` and `compilations`: the part of that time spent compiling (compile_fields).
     """
     started = time.perf_counter()
+    clock = compile_clock(implementations, case.op)
+    clock_before = clock.reading() if clock is not None else None
     implementation = implementations.name(case.op)
     line = base_line(case, profile.key, implementation,
                      reproduce_command(case.id, backend_option, implementations, distribution_args(distribution)))
@@ -103,8 +109,27 @@ def run_case(case: Case, profile, implementations: Implementations, *,
         if line["verdict"] == verdicts.XPASS:
             line["reason"] = f"known issue {issue.id} no longer fails: remove its registry entry"
     _release_memory(profile.device)
+    if clock is not None:
+        line.update(compile_fields(clock_before, clock.reading()))
     line["duration_s"] = round(time.perf_counter() - started, 4)
     return line
+
+
+def compile_clock(implementations: Implementations, op: str):
+    """The implementation's `compile_clock` (`reading()` -> cumulative (seconds, compilations)
+    of this process; conformance.peers.flex.CompileClock), or None: most implementations
+    compile nothing per case, or do it where the harness cannot see."""
+    if implementations.is_bundled(op):
+        return None
+    try:
+        return getattr(implementations.resolve(op), "compile_clock", None)
+    except Exception:  # does not import: _judge records the error
+        return None
+
+
+def compile_fields(before: tuple, after: tuple) -> dict:
+    """`compile_s` and `compilations` of one case, from two clock readings."""
+    return {"compile_s": round(after[0] - before[0], 4), "compilations": after[1] - before[1]}
 
 
 def _undeclared(case: Case, implementations: Implementations) -> str | None:
@@ -171,6 +196,8 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
     if check_determinism:
         verdict, reason = determinism.verdict_after_check(verdict, reason, differing)
         extra["deterministic"] = not differing
+    if diagnosis.case_pattern(tensors):
+        extra["fault_pattern"] = diagnosis.case_pattern(tensors)
     return {"rule_verdict": verdict, "reason": reason, "tensors": tensors,
             "worst_ratio": worst_ratio(tensors), **convention, **extra}
 
