@@ -2,12 +2,15 @@
 
     list   --tier TIER                    one case id per line, nothing else on stdout
     run    [--tier TIER|auto] [--case ID ...] [--op OP ...] [--out DIR] [--backend KEY]
-           [--kernel OP=MOD:FN|OP=sdpa:BACKEND ...] [--capabilities FILE] [--dropout-mask MOD:FN]
+           [--kernel OP=MOD:FN|OP=sdpa:BACKEND|OP=flex ...] [--capabilities FILE] [--dropout-mask MOD:FN]
            [-n N|auto] [--seeds N] [--distribution SPEC]
            [--resume DIR] [--[no-]isolate] [--case-timeout S] [--[no-]check-determinism]
                                           runs pytest in-process with the plugin
                                           (conformance/running/run_options.py explains the last ones)
-    report DIR [--format F]               summary.md, report.html, junit.xml; prints the table
+    report DIR [--format F] [--shrink]    summary.md, report.html, junit.xml; prints the table
+                                          (--shrink: also the smallest failing case of each failure)
+    shrink CASE_ID [--backend KEY] [--kernel ...] [--budget S]
+                                          the smallest case that still fails like CASE_ID
     diff OLD NEW [--drift X]              regressions, fixes, new/removed, drift (exit 1 on a regression)
     matrix DIR...                         lines x triton versions
     probes [--backend KEY] [--probe ID ...] [--out DIR]
@@ -28,6 +31,7 @@ import sys
 from conformance.cases.catalog import OPS
 from conformance.cases.tiers import TIER_NAMES
 from conformance.compile_only import command as compile_command
+from conformance.diagnosing import shrink_command
 from conformance.reporting import commands as reporting_commands
 from conformance.robustness import flake_command
 from conformance.running import commands, run_options
@@ -54,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", metavar="DIR", help="report folder (default reports/runs/<time>-<backend>)")
     run.add_argument("--backend", metavar="KEY", help="interpreter or cuda:sm_XY (default: detected)")
     run.add_argument("--kernel", action="append", default=[], metavar="OP=MOD:FN",
-                     help="judge this implementation instead of the bundled kernel (or OP=sdpa:BACKEND)")
+                     help="judge this implementation instead of the bundled kernel (or OP=sdpa:BACKEND, OP=flex)")
     run.add_argument("--op", action="append", default=[], choices=OPS,
                      help="only this operator's cases of the tier (repeatable)")
     run.add_argument("--capabilities", metavar="FILE",
@@ -66,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     reporting_commands.add_parsers(commands)  # report, diff, matrix
     flake_command.add_parser(commands)
     compile_command.add_parser(commands)
+    shrink_command.add_parser(commands)
 
     probes = commands.add_parser("probes", help="check the Triton primitives the kernels rely on, print a table")
     probes.add_argument("--backend", metavar="KEY", help="interpreter or cuda:sm_XY (default: detected)")
@@ -75,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {**commands.COMMANDS, **reporting_commands.COMMANDS, **flake_command.COMMANDS, **compile_command.COMMANDS}
+COMMANDS = {**commands.COMMANDS, **reporting_commands.COMMANDS, **flake_command.COMMANDS, **compile_command.COMMANDS,
+            **shrink_command.COMMANDS}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,9 +19,9 @@ from pathlib import Path
 from conformance import backends
 from conformance.running.environment import fingerprint
 from conformance.running.results import default_run_dir, write_env
-from mutants.definitions import BY_NAME, COUNTED
-from mutants.kill import TIER_LADDER, exit_status, hunt_all
-from mutants.report import mutants_writer, kill_text, result_text, terminal, write_table
+from conformance.bundled.mutants.definitions import BY_NAME, COUNTED
+from conformance.bundled.mutants.kill import TIER_LADDER, exit_status, hunt_all
+from conformance.bundled.mutants.report import mutants_writer, kill_text, result_text, terminal, write_table
 
 EXIT_USAGE = 2
 GPU_JOBS = 4  # hunts at once on one GPU: they overlap kernel compilation, which is CPU-bound
@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-j", "--jobs", type=int, metavar="N",
                         help=f"mutants hunted at once (default: CPU count on the interpreter, {GPU_JOBS} on a GPU)")
     parser.add_argument("--backend", metavar="KEY", help="interpreter or cuda:sm_XY (default: detected)")
+    parser.add_argument("--shrink", type=float, default=0, metavar="S",
+                        help="also shrink each mutant's first kill to the smallest case that still kills it, "
+                             "S seconds each (default 0: off)")
     parser.add_argument("--list", action="store_true", help="list the mutants and their fault classes")
     return parser
 
@@ -77,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
             _print_list()
             return 0
         names = _mutant_names(args.mutant)
+        absent = backends.absence(backends.profile_by_key(args.backend)) if args.backend else None
+        if absent:
+            raise ValueError(f"argument --backend: {absent}")
         profile = backends.activate(args.backend)  # spawned hunters inherit TRITON_INTERPRET
     except ValueError as exc:
         print(f"mutants: error: {exc}", file=sys.stderr)
@@ -96,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         report(line)
 
     try:
-        lines = hunt_all(names, tier, args.backend, args.max_kills, jobs, on_result=record)
+        lines = hunt_all(names, tier, args.backend, args.max_kills, jobs, on_result=record, shrink_s=args.shrink)
     finally:
         writer.close()
     print("\n" + terminal(lines))

@@ -27,13 +27,14 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from conformance import backends
 from conformance.cases.catalog import Case
 from conformance.cases.tiers import cases, TIERS
+from conformance.diagnosing.shrinking import shrink
 from conformance.judging import verdicts
 from conformance.running.implementations import Implementations
 from conformance.running.runner import run_case
-from mutants.definitions import BY_NAME
-from mutants.ordering import coverage_order
-from mutants.registry import kernel_specs
-from mutants.transform import PatternError, load
+from conformance.bundled.mutants.definitions import BY_NAME
+from conformance.bundled.mutants.ordering import coverage_order
+from conformance.bundled.mutants.registry import kernel_specs
+from conformance.bundled.mutants.transform import PatternError, load
 
 TIER_LADDER = ("smoke", "standard", "full")
 KILLED, SURVIVED, BROKEN = "killed", "survived", "broken"
@@ -64,14 +65,19 @@ def _kill_record(line: dict) -> dict:
         "case": line["case"],
         "verdict": line["verdict"],
         "reason": line["reason"],
-        "tensors": [{"name": t["name"], "ratio": t["ratio"]} for t in line.get("tensors", []) if _gave_away(t)],
+        "tensors": [{"name": t["name"], "ratio": t["ratio"],
+                     **({"pattern": t["where"]["pattern"], "evidence": t["where"]["evidence"]} if t.get("where") else {})}
+                    for t in line.get("tensors", []) if _gave_away(t)],
+        "fault_pattern": line.get("fault_pattern"),
         "reproduce": line["reproduce"],
     }
 
 
-def hunt(name: str, tier: str, backend: str | None = None, max_kills: int = 1) -> dict:
+def hunt(name: str, tier: str, backend: str | None = None, max_kills: int = 1, shrink_s: float = 0) -> dict:
     """Hunt mutant `name` up to `tier` on this process's backend; its mutants.jsonl line.
-    Activates the backend: call in a fresh process (see hunt_all)."""
+    shrink_s > 0: also shrink the first kill (conformance.diagnosing.shrinking) within that
+    many seconds, into the line's `shrunk`. Activates the backend: call in a fresh process
+    (see hunt_all)."""
     profile = backends.activate(backend)
     # NaN/Inf cases make numpy warn inside the interpreter; the verdicts say what matters.
     warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton")
@@ -89,6 +95,8 @@ def hunt(name: str, tier: str, backend: str | None = None, max_kills: int = 1) -
                                                                   f"{type(exc).__name__}: {exc}")
     else:
         _climb(line, mutant, profile, backend, tier, max_kills)
+        if shrink_s and line["kills"]:
+            line["shrunk"] = _shrunk(line["kills"][0]["case"], mutant, profile, backend, shrink_s)
     line["duration_s"] = round(time.perf_counter() - started, 2)
     return line
 
@@ -119,14 +127,28 @@ def _climb(line: dict, mutant, profile, backend: str | None, tier: str, max_kill
         line.update(verdict=verdicts.FAIL, reason=f"survived every case up to the {ladder[-1]} tier")
 
 
+def _shrunk(case_id: str, mutant, profile, backend: str | None, budget_s: float) -> dict:
+    """The smallest case that still kills the mutant, searched from its first kill."""
+    implementations = Implementations.from_specs(kernel_specs(mutant.name))
+    case = Case.from_id(case_id)
+
+    def rule_verdict(candidate: Case) -> str:
+        return run_case(candidate, profile, implementations, backend_option=backend)["rule_verdict"]
+
+    original = rule_verdict(case)
+    found = shrink(case, rule_verdict, lambda c: c.unsupported_reason(profile) is None, budget_s, original)
+    return {"case": found.case.id, "tried": found.tried, "seconds": round(found.seconds, 1),
+            "complete": found.complete}
+
+
 def hunt_all(names: list[str], tier: str, backend: str | None = None, max_kills: int = 1,
-             jobs: int = 1, on_result=None) -> list[dict]:
+             jobs: int = 1, on_result=None, shrink_s: float = 0) -> list[dict]:
     """Hunt every mutant in `names`, `jobs` at a time in spawned processes; lines in
     `names` order.  `on_result(line)` is called as each hunt finishes."""
     context = multiprocessing.get_context("spawn")
     lines = {}
     with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(names))), mp_context=context) as pool:
-        futures = {pool.submit(hunt, name, tier, backend, max_kills): name
+        futures = {pool.submit(hunt, name, tier, backend, max_kills, shrink_s): name
                    for name in _longest_first(names, backend)}
         for future in as_completed(futures):
             line = lines[futures[future]] = future.result()

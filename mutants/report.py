@@ -65,6 +65,27 @@ def table_rows(lines: list[dict], kills_per_row: int | None = None, separator: s
 HEADERS = ["mutant", "fault class", "result", "killed in tier", "cases run", "killed by (case: tensor ratios)"]
 
 
+LOCALIZED_HEADERS = ["mutant", "fault class", "pattern (tensor: named from the first kill)", "evidence",
+                     "shrunk to (smallest case that still kills)"]
+
+
+def localized_rows(lines: list[dict]) -> list[list]:
+    """mutant -> the fault pattern its first kill was localized to -> the shrunk case."""
+    rows = []
+    for line in lines:
+        if not line["kills"]:
+            continue
+        kill = line["kills"][0]
+        named = [t for t in kill["tensors"] if t.get("pattern")]
+        best = next((t for t in named if f"{t['name']}: {t['pattern']}" == kill.get("fault_pattern")), None)
+        shrunk = line.get("shrunk")
+        rows.append([line["mutant"], line["fault"], kill.get("fault_pattern") or "-",
+                     best["evidence"] if best else "-",
+                     f"`{shrunk['case']}`" + ("" if shrunk.get("complete", True) else " (budget spent)")
+                     if shrunk else "-"])
+    return rows
+
+
 def markdown(env: dict, lines: list[dict]) -> str:
     env_rows = [[key, str(env[key].get("revision") if isinstance(env[key], dict) else env[key])]
                 for key in _ENV_FIELDS if env.get(key) is not None]
@@ -73,6 +94,8 @@ def markdown(env: dict, lines: list[dict]) -> str:
         f"{totals_text(lines)}. A mutant is killed when a case ends fail, nonfinite or error; "
         "tiers are climbed from smoke, in pairwise-coverage order within each (mutants/ordering.py).", "",
         table(HEADERS, table_rows(lines)), "",  # `|` escaped: fault classes mention |distance|
+        *(["## Where each kill fails (conformance.diagnosing)", "", table(LOCALIZED_HEADERS, localized_rows(lines)), ""]
+          if localized_rows(lines) else []),
         "## Environment", "",
         table(["field", "value"], env_rows), "",
         "Re-run one killing case: the `reproduce` command of its kill in mutants.jsonl.", "",
