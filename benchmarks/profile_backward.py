@@ -5,19 +5,24 @@
 
 One forward, then the backward run under torch.profiler (after warm-up calls); prints
 each kernel's mean time per backward and its share, per head dim and causal mode, at
-the benchmark's shapes (B*S = 32k tokens, H*D = 2048).  --kernels-root puts another
-checkout's `kernels` package first on the path, so two versions compare on one card.
+the benchmark's shapes (B*S = 32k tokens, H*D = 2048).  --kernels-root takes the
+kernels of another checkout (run this as a script, so nothing of this one is imported
+before), so two versions compare on one card.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import importlib
 import itertools
 import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Run as a script from a clone: make the clone's `conformance` importable (as flash_benchmark.py).
+if not __package__ and (ROOT / "conformance").is_dir() and str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))  # after a --kernels-root checkout, which goes first
 
 
 def _profile(flash_attention, d: int, s: int, causal: bool, dtype, calls: int = 10) -> dict[str, float]:
@@ -42,16 +47,30 @@ def _profile(flash_attention, d: int, s: int, causal: bool, dtype, calls: int = 
     return {name: ms for name, ms in per_kernel.items() if ms > 0}
 
 
+def _kernels_of(checkout: pathlib.Path | None):
+    """The bundled kernels package of the checkout at `checkout` (None: this harness's own)."""
+    if checkout is None:
+        return importlib.import_module("conformance.bundled.kernels")
+    sys.path.insert(0, str(checkout))
+    if not (checkout / "conformance" / "bundled").is_dir():
+        return importlib.import_module("kernels")  # a checkout from before conformance.bundled
+    kernels = importlib.import_module("conformance.bundled.kernels")
+    if not pathlib.Path(kernels.__file__).resolve().is_relative_to(checkout):
+        raise SystemExit(f"profile_backward: another checkout's conformance is already imported "
+                         f"({kernels.__file__}); run this file as a script")
+    return kernels
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--head-dims", default="64,128")
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
-    parser.add_argument("--kernels-root", type=pathlib.Path, default=ROOT)
+    parser.add_argument("--kernels-root", type=pathlib.Path, help="a checkout whose kernels to profile")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(args.kernels_root.resolve()))
     import torch
-    import kernels
+
+    kernels = _kernels_of(args.kernels_root.resolve() if args.kernels_root else None)
 
     if not torch.cuda.is_available():
         print("profile_backward: needs a GPU", file=sys.stderr)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from benchmarks import svg
+from conformance.bundled.benchmarks import svg
 from conformance.reporting import summary
 from conformance.reporting.markdown import table as markdown_table
 from conformance.running.results import read_env, read_json_lines

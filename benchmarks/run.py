@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import grid, implementations
-from benchmarks.report import BENCHMARK_FILE
-from benchmarks.timing import RepetitionPolicy, median_ms, peak_bytes
+from conformance.bundled.benchmarks import grid, implementations
+from conformance.bundled.benchmarks.report import BENCHMARK_FILE
+from conformance.bundled.benchmarks.timing import RepetitionPolicy, median_ms, peak_bytes
 from conformance.cases.inputs import TORCH_DTYPES
 
 FULL_POLICY = RepetitionPolicy()

@@ -23,14 +23,16 @@ import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
+# Run as a script from a clone: make the clone's `conformance` importable (never on -m, where it
+# already is, nor in an installed copy, whose parent folder holds the bundled code itself).
+if not __package__ and (ROOT / "conformance").is_dir() and str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-import kernels  # noqa: E402
-from kernels import targets, tuning  # noqa: E402
+from conformance.bundled import kernels  # noqa: E402
+from conformance.bundled.kernels import targets, tuning  # noqa: E402
 
 GRID = dict(block_m=(64, 128), block_n=(64, 128), num_warps=(4, 8), num_stages=(2, 3, 4), descriptors=(False,))
 BACKWARD_GRID = dict(GRID, num_stages=(2, 3))  # the backward's loops hold more tiles

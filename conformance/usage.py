@@ -16,10 +16,13 @@ class UsageError(Exception):
 
 
 def backend_profile(backend: str | None, activate: bool) -> backends.BackendProfile:
-    """The profile --backend names (detected when None), made active if asked."""
+    """The profile --backend names (detected when None), made active if asked -- which a
+    profile of a device this machine lacks cannot be (listing its cases needs no device)."""
     try:
-        if activate:
-            return backends.activate(backend)
-        return backends.profile_by_key(backend) if backend else backends.detect()
+        profile = backends.profile_by_key(backend) if backend else backends.detect()
+        absent = backends.absence(profile) if activate else None
     except ValueError as exc:
         raise UsageError(f"argument --backend: {str(exc).removeprefix('--backend: ')}") from None
+    if absent:
+        raise UsageError(f"argument --backend: {absent}")
+    return backends.activate(profile) if activate else profile

@@ -14,7 +14,7 @@ to a single hardware instruction; the log-normalizer is stored in natural log.
 import triton
 import triton.language as tl
 
-from kernels.targets import interpreting
+from .targets import interpreting
 
 LOG2_E = tl.constexpr(1.4426950408889634)
 

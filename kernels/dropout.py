@@ -15,9 +15,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.blocks import dropout_keep
-from kernels.launch import launch
-from kernels.validation import check_dropout_p, check_dropout_seed
+from .blocks import dropout_keep
+from .launch import launch
+from .validation import check_dropout_p, check_dropout_seed
 
 _THRESHOLD_BITS = 31  # blocks.dropout_keep compares the top 31 random bits
 _MASK_BLOCK = 64  # materialiser tile: rows x keys (test-only, never tuned)

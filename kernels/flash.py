@@ -12,14 +12,14 @@ import math
 import torch
 import triton
 
-from kernels.allocation import new_forward_outputs, new_output
-from kernels.dropout import DropoutParams, dropout_keep_mask, dropout_params
-from kernels.flash_backward import delta_kernel, dkdv_kernel, dq_kernel
-from kernels.flash_forward import flash_forward_kernel
-from kernels.launch import launch, launch_kwargs, launches_on_device, padded_head_dim
-from kernels.targets import current_target, interpreting
-from kernels.total_attention import total_attention_kernel
-from kernels.validation import (
+from .allocation import new_forward_outputs, new_output
+from .dropout import DropoutParams, dropout_keep_mask, dropout_params
+from .flash_backward import delta_kernel, dkdv_kernel, dq_kernel
+from .flash_forward import flash_forward_kernel
+from .launch import launch, launch_kwargs, launches_on_device, padded_head_dim
+from .targets import current_target, interpreting
+from .total_attention import total_attention_kernel
+from .validation import (
     DTYPE_NAMES,
     check_attention_shapes,
     check_device,

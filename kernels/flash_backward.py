@@ -30,7 +30,7 @@ dO_i . O_i is still sum_j P_ij dP_ij: the softmax backward is unchanged.
 import triton
 import triton.language as tl
 
-from kernels.blocks import (
+from .blocks import (
     causal_key_end,
     causal_query_start,
     dropout_keep,

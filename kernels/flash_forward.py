@@ -15,7 +15,7 @@ which saves a multiply per element and a rounding before the low-precision cast.
 import triton
 import triton.language as tl
 
-from kernels.blocks import (
+from .blocks import (
     LOG2_E,
     causal_key_end,
     off_band_end,

@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 import triton
 
-from kernels.targets import current_target
-from kernels.tuning import launch_config
-from kernels.validation import DTYPE_NAMES, FP8
+from .targets import current_target
+from .tuning import launch_config
+from .validation import DTYPE_NAMES, FP8
 
 # CUDA's limit on gridDim.y.  A module constant so tests can lower it and prove the
 # split on the interpreter without launching 65,536 slices.

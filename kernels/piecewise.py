@@ -18,13 +18,13 @@ import re
 import torch
 import triton
 
-from kernels.allocation import new_forward_outputs, new_output
-from kernels.flash_backward import delta_kernel
-from kernels.launch import launch, launch_kwargs, launches_on_device, padded_head_dim
-from kernels.targets import current_target, interpreting
-from kernels.piecewise_backward import piecewise_dkdv_kernel, piecewise_dq_kernel
-from kernels.piecewise_forward import piecewise_forward_kernel
-from kernels.validation import (
+from .allocation import new_forward_outputs, new_output
+from .flash_backward import delta_kernel
+from .launch import launch, launch_kwargs, launches_on_device, padded_head_dim
+from .targets import current_target, interpreting
+from .piecewise_backward import piecewise_dkdv_kernel, piecewise_dq_kernel
+from .piecewise_forward import piecewise_forward_kernel
+from .validation import (
     check_attention_shapes,
     check_device,
     check_flag,
@@ -33,7 +33,7 @@ from kernels.validation import (
     check_sm_scale,
     check_tensor,
 )
-from reference.validation import check_dist_threshold
+from ..reference.validation import check_dist_threshold
 
 
 def _launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype, **options) -> dict:

@@ -11,7 +11,7 @@ program loops over the query heads sharing its kv head.
 import triton
 import triton.language as tl
 
-from kernels.blocks import (
+from .blocks import (
     causal_key_end,
     causal_query_start,
     head_offset,
@@ -26,7 +26,7 @@ from kernels.blocks import (
     store_tile,
     visible,
 )
-from kernels.piecewise_blocks import (
+from .piecewise_blocks import (
     band_part,
     near_pairs,
     piecewise_raw_scores,

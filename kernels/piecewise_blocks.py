@@ -10,7 +10,7 @@ signed, as FlagAttention's is: keys after pos(i) are always near.
 import triton
 import triton.language as tl
 
-from kernels.blocks import mma, narrow, online_softmax_weights, raw_scores
+from .blocks import mma, narrow, online_softmax_weights, raw_scores
 
 
 @triton.jit

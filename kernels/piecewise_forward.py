@@ -8,7 +8,7 @@ it).  The log-normalizer is stored for the backward pass.
 import triton
 import triton.language as tl
 
-from kernels.blocks import (
+from .blocks import (
     LOG2_E,
     causal_key_end,
     finished_rows,
@@ -19,7 +19,7 @@ from kernels.blocks import (
     store_tile,
     visible,
 )
-from kernels.piecewise_blocks import (
+from .piecewise_blocks import (
     near_pairs,
     online_softmax_step,
     piecewise_raw_scores,

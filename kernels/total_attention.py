@@ -11,7 +11,7 @@ columns, so there are no atomics and the result is deterministic.
 import triton
 import triton.language as tl
 
-from kernels.blocks import (
+from .blocks import (
     causal_query_start,
     compensated_add,
     head_offset,

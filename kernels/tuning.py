@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kernels.targets import Target, current_target
+from .targets import Target, current_target
 
 # The kernels a launch table set covers (the piecewise kernels have tables of their own).
 KERNELS = ("fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq", "total")

@@ -17,8 +17,8 @@ import re
 from contextlib import contextmanager
 from dataclasses import replace
 
-from kernels import tuning
-from kernels.targets import Target
+from . import tuning
+from .targets import Target
 
 CONFIG_PATTERN = r"m(\d+)n(\d+)s(\d+)w(\d+)(?:-wpe(\d+))?(-tma)?"
 # Kernels that stream their loop's tiles through tensor descriptors where allowed.

@@ -12,7 +12,7 @@ import numbers
 
 import torch
 
-from kernels.targets import HEAD_DIMS
+from .targets import HEAD_DIMS
 
 HIGH_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 # 8-bit floats: forward only (no backward kernel), where the backend has fp8 MMA.

@@ -1,6 +1,6 @@
 import sys
 
-from mutants.cli import main
+from conformance.bundled.mutants.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

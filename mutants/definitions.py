@@ -7,7 +7,7 @@ of a run (process isolation, per-case time limits), not sensitivity mutants.
 
 from __future__ import annotations
 
-from mutants.transform import Edit, Mutant
+from conformance.bundled.mutants.transform import Edit, Mutant
 
 _VISIBLE_CAUSAL = "mask = mask & (cols[None, :] <= rows[:, None] + (seq_k - seq_q))"
 _FORWARD = "flash_forward.py"

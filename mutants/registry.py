@@ -1,7 +1,8 @@
-"""`--kernel` targets for the mutants: `mutants.registry:<op>_<mutant name>`.
+"""`--kernel` targets for the mutants: `conformance.bundled.mutants.registry:<op>_<mutant name>`.
 
-    python -m conformance run --kernel flash_attention=mutants.registry:flash_attention_lse_log2 \\
-        --kernel piecewise_attention=mutants.registry:piecewise_attention_lse_log2
+    python -m conformance run \\
+        --kernel flash_attention=conformance.bundled.mutants.registry:flash_attention_lse_log2 \\
+        --kernel piecewise_attention=conformance.bundled.mutants.registry:piecewise_attention_lse_log2
 
 Each attribute is created on first access by materialising and importing the
 mutant's package (import this after conformance.backends.activate(), as the
@@ -12,8 +13,8 @@ bundled one.
 from __future__ import annotations
 
 from conformance.cases.catalog import OPS
-from mutants.definitions import BY_NAME
-from mutants.transform import load
+from conformance.bundled.mutants.definitions import BY_NAME
+from conformance.bundled.mutants.transform import load
 
 
 def attribute_name(op: str, mutant_name: str) -> str:

@@ -1,4 +1,4 @@
-"""Mutants as small, named source edits of the real `kernels` package.
+"""Mutants as small, named source edits of the real kernels package (`conformance.bundled.kernels`).
 
 A mutant is a list of `Edit`s: in one file of `kernels/`, one exact snippet is
 replaced.  The snippet must occur exactly once in the file (at the moment its
@@ -8,8 +8,11 @@ into the original (or into a different fault).
 
 `load(mutant)` materialises the mutated package on disk -- Triton's `@jit`
 reads its functions' source with `inspect.getsource`, which needs real files --
-under its own package name (`_fa_mutant_<name>`, its `kernels.` imports renamed
-to match) and imports it.  The directory is keyed by a digest of the kernel
+under its own top-level package name (`_fa_mutant_<name>`) and imports it.  The
+kernels import each other relatively, so the copy finds its own modules as it
+is; its imports of the bundled reference (`from ..reference...`, which would
+leave a top-level package) are pointed at `conformance.bundled.reference`, the
+real one, which no mutant edits.  The directory is keyed by a digest of the kernel
 sources and the edits, written atomically, and reused by every process
 (pytest-xdist workers, the kill runner's pool).
 """
@@ -27,13 +30,17 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-KERNELS_PACKAGE = "kernels"
+KERNELS_PACKAGE = "conformance.bundled.kernels"
+BUNDLED_PACKAGE = KERNELS_PACKAGE.rpartition(".")[0]  # the kernels' parent: where `..reference` is
 # Found without importing it: the bundled kernels must not be defined before the
 # backend is activated (the interpreter needs TRITON_INTERPRET=1 first).
 KERNELS_DIR = Path(importlib.util.find_spec(KERNELS_PACKAGE).origin).parent
 PACKAGE_PREFIX = "_fa_mutant_"
-# `from kernels.x import ...` / `import kernels.x` at the start of a line.
-_KERNEL_IMPORT = re.compile(rf"^(\s*(?:from|import)\s+){KERNELS_PACKAGE}(?=[.\s])", re.MULTILINE)
+# An absolute `from conformance.bundled.kernels.x import ...` / `import ...` at the start of a line
+# (the kernels have none; renamed should one appear, so a mutant never runs the original's modules).
+_KERNEL_IMPORT = re.compile(rf"^(\s*(?:from|import)\s+){re.escape(KERNELS_PACKAGE)}(?=[.\s])", re.MULTILINE)
+# `from ..x import ...` / `from .. import x`: an import that leaves the kernels package.
+_PARENT_IMPORT = re.compile(r"^(\s*from\s+)\.\.(\w|\s)", re.MULTILINE)
 
 
 class PatternError(ValueError):
@@ -88,8 +95,12 @@ def apply_edit(source: str, edit: Edit, mutant_name: str) -> str:
 
 
 def rename_imports(source: str, package: str) -> str:
-    """Point the `kernels.` imports of one kernel file at `package` instead."""
-    return _KERNEL_IMPORT.sub(lambda match: match.group(1) + package, source)
+    """One kernel file's imports as its copy in the top-level package `package` needs them:
+    those leaving the kernels package made absolute (the real bundled code), any absolute
+    import of the kernels package pointed at `package`; relative ones within it kept."""
+    source = _KERNEL_IMPORT.sub(lambda match: match.group(1) + package, source)
+    return _PARENT_IMPORT.sub(lambda match: match.group(1) + BUNDLED_PACKAGE
+                              + ("." if not match.group(2).isspace() else "") + match.group(2), source)
 
 
 def kernel_sources(kernels_dir: Path = KERNELS_DIR) -> dict[str, str]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-import kernels
+from conformance.bundled import kernels
 
 HEAD_DIMS = (16, 32, 64, 128)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)

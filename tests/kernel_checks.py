@@ -10,12 +10,12 @@ import functools
 
 import torch
 
-import kernels
+from conformance.bundled import kernels
 from conformance.backends import active_profile
 from conformance.judging.operators import FLASH_ATTENTION
 from conformance.judging.rule import compare_tensor
-from kernels.validation import DTYPE_NAMES
-from reference import MATCHED, REFERENCE, Dropout, attention_backward, attention_forward
+from conformance.bundled.kernels.validation import DTYPE_NAMES
+from conformance.bundled.reference import MATCHED, REFERENCE, Dropout, attention_backward, attention_forward
 
 
 def make_qkv(batch=1, heads=2, kv_heads=2, seq_q=40, seq_k=40, head_dim=16, dtype=torch.float16, seed=0):

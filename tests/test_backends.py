@@ -8,12 +8,13 @@ import torch
 
 from conformance import backends
 from conformance.backends import detection
+from conformance.running.results import read_results
 
 PROFILE = backends.activate()  # before `import kernels` (TRITON_INTERPRET on CPU)
 
-import kernels.launch  # noqa: E402
-import kernels.tuning  # noqa: E402
-from kernels.targets import Target  # noqa: E402
+from conformance.bundled.kernels import launch as kernels_launch  # noqa: E402
+from conformance.bundled.kernels import tuning as kernels_tuning  # noqa: E402
+from conformance.bundled.kernels.targets import Target  # noqa: E402
 
 
 
@@ -71,7 +72,7 @@ def test_nvidia_by_compute_capability(gpu, capability, key, shared_kib, fp8):
     assert ("fp8e4m3" in profile.dtypes, "fp8e5m2" in profile.dtypes) == (fp8, fp8)
     assert "bf16" in profile.dtypes and profile.warp_size == 32
     assert profile.compile_target == ("cuda", capability[0] * 10 + capability[1], 32)
-    tuned = kernels.tuning.HOPPER_LAUNCH if capability >= (9, 0) else kernels.tuning.CUDA_LAUNCH
+    tuned = kernels_tuning.HOPPER_LAUNCH if capability >= (9, 0) else kernels_tuning.CUDA_LAUNCH
     assert profile.launch is tuned  # the kernels' own tables
 
 
@@ -147,6 +148,57 @@ def test_the_command_line_reports_a_bad_backend_as_a_usage_error(capsys):
     assert "argument --backend: expected hip:gfxNNN" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("key", ["cuda:sm_90", "hip:gfx942", "iluvatar:ivcore11"])
+def test_a_gpu_key_is_absent_on_a_machine_without_a_gpu(monkeypatch, key):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "names a GPU, but torch sees none" in backends.absence(backends.profile_by_key(key))
+    assert backends.absence(backends.INTERPRETER) is None
+
+
+@pytest.mark.parametrize("machine, present, absent", [
+    (dict(capability=(9, 0)), ["cuda:sm_90", "iluvatar:ivcore11", "interpreter"], ["cuda:sm_80", "hip:gfx942"]),
+    (dict(hip="6.2", gcn_arch="gfx942:sramecc+:xnack-"), ["hip:gfx942", "interpreter"],
+     ["hip:gfx90a", "cuda:sm_90", "iluvatar:ivcore11"]),
+    (dict(capability=(7, 1), corex=True), ["iluvatar:ivcore11", "iluvatar:ivcore20", "interpreter"], ["cuda:sm_71"]),
+])
+def test_a_gpu_key_must_name_the_card_that_is_there(gpu, machine, present, absent):
+    """Another architecture or vendor would judge the kernels by another card's facts; an
+    Iluvatar key may name any CUDA-like card (its detection markers can be missing)."""
+    detected = gpu(**machine)
+    assert [backends.absence(backends.profile_by_key(key)) for key in present] == [None] * len(present)
+    for key in absent:
+        assert backends.absence(backends.profile_by_key(key)) == (
+            f"{key} is not this machine's GPU, which is {detected.key} (leave --backend out to use it)")
+
+
+def test_an_absent_backend_stops_every_command_before_anything_runs(monkeypatch, capsys, tmp_path):
+    from conformance.bundled.mutants.cli import main as mutants_main
+    from conformance.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for argv in (["run", "--tier", "smoke", "--out", str(tmp_path / "run")], ["probes"], ["flake"]):
+        assert main([*argv, "--backend", "cuda:sm_90"]) == 2
+        assert capsys.readouterr().err == ("conformance: error: argument --backend: cuda:sm_90 names a GPU, but "
+                                           "torch sees none on this machine (use --backend interpreter, or leave "
+                                           "--backend out)\n")
+    assert not (tmp_path / "run").exists()
+    assert mutants_main(["--backend", "cuda:sm_90"]) == 2 and "torch sees none" in capsys.readouterr().err
+    assert main(["list", "--tier", "auto", "--backend", "cuda:sm_90"]) == 0  # listing needs no device
+    assert len(capsys.readouterr().out.splitlines()) > 78
+
+
+def test_the_interpreter_is_a_backend_on_a_gpu_machine_too(gpu, tmp_path):
+    gpu(capability=(9, 0))
+    from conformance.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "--backend", "interpreter", "--out", str(out), "--case",
+                 "flash_attention.fwd[fp32,d16,causal,B1,H2,Hkv1,Sq9,Sk17,seed0]",
+                 "--kernel", "flash_attention=tests.fake_kernels:exact"]) == 0
+    (line,) = [line for line in read_results(out) if line.get("kind") != "probe"]
+    assert (line["backend"], line["verdict"]) == ("interpreter:cpu", "pass")
+
+
 @pytest.mark.parametrize("key", [k for k in backends.known_keys() if k != "interpreter"])
 def test_every_gpu_profile_has_a_launch_config_for_every_kernel_dtype_and_head_dim(key):
     profile = backends.profile_by_key(key)
@@ -170,27 +222,27 @@ def test_register_budget_is_the_smaller_of_the_thread_and_block_limits():
 
 def test_amd_knobs_reach_the_launch_and_nvidia_launches_get_none(monkeypatch):
     """The kernels pick their launch tables by the target triton reports (kernels.targets)."""
-    monkeypatch.setattr(kernels.tuning, "current_target", lambda: Target("hip", "gfx942", 64))
-    assert kernels.launch.launch_kwargs("fwd", 64, torch.float16) == dict(
+    monkeypatch.setattr(kernels_tuning, "current_target", lambda: Target("hip", "gfx942", 64))
+    assert kernels_launch.launch_kwargs("fwd", 64, torch.float16) == dict(
         BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=1, waves_per_eu=2)
-    assert "waves_per_eu" not in kernels.launch.launch_kwargs("fwd", 256, torch.float16)
-    assert "waves_per_eu" not in kernels.launch.launch_kwargs("bwd_dq", 64, torch.float16)
-    monkeypatch.setattr(kernels.tuning, "current_target", lambda: Target("cuda", 90, 32))
-    assert kernels.launch.launch_kwargs("fwd", 128, torch.float16) == dict(
+    assert "waves_per_eu" not in kernels_launch.launch_kwargs("fwd", 256, torch.float16)
+    assert "waves_per_eu" not in kernels_launch.launch_kwargs("bwd_dq", 64, torch.float16)
+    monkeypatch.setattr(kernels_tuning, "current_target", lambda: Target("cuda", 90, 32))
+    assert kernels_launch.launch_kwargs("fwd", 128, torch.float16) == dict(
         BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)  # Hopper's own table
-    assert kernels.launch.launch_kwargs("bwd_preprocess", 256, torch.float32, tiles=("BLOCK_M",)) == dict(
+    assert kernels_launch.launch_kwargs("bwd_preprocess", 256, torch.float32, tiles=("BLOCK_M",)) == dict(
         BLOCK_M=32, num_warps=4, num_stages=1)
 
 
 def test_set_launcher_routes_every_split_launch_and_restores_the_device(monkeypatch):
-    monkeypatch.setattr(kernels.launch, "MAX_GRID_BATCH_HEADS", 2)
+    monkeypatch.setattr(kernels_launch, "MAX_GRID_BATCH_HEADS", 2)
     seen = []
-    previous = kernels.launch.set_launcher(lambda kernel, grid, *args, **kw: seen.append((kernel, grid, args, kw)))
+    previous = kernels_launch.set_launcher(lambda kernel, grid, *args, **kw: seen.append((kernel, grid, args, kw)))
     try:
-        kernels.launch.launch("k", 3, 5, "x", BLOCK_M=16)
+        kernels_launch.launch("k", 3, 5, "x", BLOCK_M=16)
     finally:
-        kernels.launch.set_launcher(previous)
+        kernels_launch.set_launcher(previous)
     assert seen == [("k", (3, 2), ("x",), {"first_batch_head": 0, "BLOCK_M": 16}),
                     ("k", (3, 2), ("x",), {"first_batch_head": 2, "BLOCK_M": 16}),
                     ("k", (3, 1), ("x",), {"first_batch_head": 4, "BLOCK_M": 16})]
-    assert kernels.launch._launcher is kernels.launch._on_device
+    assert kernels_launch._launcher is kernels_launch._on_device

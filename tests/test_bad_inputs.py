@@ -21,7 +21,7 @@ from conformance.cases.inputs import bad_input_position, make_inputs  # noqa: E4
 from conformance.judging.rule import BadInputRegion, compare_tensor, max_abs_error  # noqa: E402
 from conformance.running.implementations import Implementations  # noqa: E402
 from conformance.running.runner import run_case  # noqa: E402
-from reference import REFERENCE, attention_forward  # noqa: E402
+from conformance.bundled.reference import REFERENCE, attention_forward  # noqa: E402
 
 NAN, INF = math.nan, math.inf
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import flash_benchmark, grid, implementations, report, run, svg
-from benchmarks.timing import RepetitionPolicy
+from conformance.bundled.benchmarks import flash_benchmark, grid, implementations, report, run, svg
+from conformance.bundled.benchmarks.timing import RepetitionPolicy
 from conformance import backends
 
 RECORDED = Path(__file__).parent / "data" / "benchmark_run"

@@ -8,7 +8,7 @@ from conformance.cases.catalog import Case
 from conformance.cases.inputs import make_inputs
 from conformance.judging.comparison_paths import comparison_paths, reverse_head_dim
 from conformance.judging.operators import OPERATORS
-from reference import REFERENCE
+from conformance.bundled.reference import REFERENCE
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2])

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-import kernels
-from kernels import launch, targets, tuning
+from conformance.bundled import kernels
+from conformance.bundled.kernels import launch, targets, tuning
 
 pytestmark = pytest.mark.skipif(not targets.INTERPRETER.tensor_descriptors,
                                 reason="this triton has no tl.make_tensor_descriptor")

@@ -53,14 +53,14 @@ def test_pinning(worker, backend, interpreter, count, expected):
     assert cuda.current == expected
 
 
-def _worker_config(worker_id: str) -> SimpleNamespace:
-    """What pytest_configure reads of an xdist worker's config."""
+def _worker_config(worker_id: str, **given) -> SimpleNamespace:
+    """What pytest_configure reads of an xdist worker's config (options as `given`)."""
     options = {"conformance_tier": "auto", "conformance_case": [], "conformance_seeds": None,
                "conformance_kernel": [], "conformance_backend": "cuda:sm_90", "conformance_distribution": None,
                "conformance_resume": None, "conformance_out": None, "conformance_isolate": "auto",
                "conformance_case_timeout": None, "conformance_determinism": "auto",
                "conformance_capabilities": None, "conformance_dropout_mask": [], "conformance_op": [],
-               "conformance_config": None, "conformance_shard": None}
+               "conformance_config": None, "conformance_shard": None, **given}
     return SimpleNamespace(stash=pytest.Stash(), workerinput={"workerid": worker_id},
                            getoption=options.__getitem__, addinivalue_line=lambda *args: None)
 

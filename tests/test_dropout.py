@@ -13,10 +13,10 @@ from conformance.backends import LaunchConfig, LaunchTable, activate
 
 PROFILE = activate()  # must precede `import kernels` (sets TRITON_INTERPRET=1 on CPU)
 
-import kernels  # noqa: E402
-import kernels.dropout  # noqa: E402
+from conformance.bundled import kernels  # noqa: E402
+from conformance.bundled.kernels import dropout as kernels_dropout  # noqa: E402
 from kernel_checks import assert_rule, judge_kernel, kernel_tensors, make_qkv  # noqa: E402
-from reference.philox import KNOWN_ANSWERS, philox4x32_10  # noqa: E402
+from conformance.bundled.reference.philox import KNOWN_ANSWERS, philox4x32_10  # noqa: E402
 
 DEVICE = PROFILE.device
 
@@ -77,7 +77,7 @@ def test_mask_reproducible_per_seed_and_different_across_seeds():
 
 def test_mask_chunks_are_slices_of_the_whole(monkeypatch):
     whole = kernels.dropout_keep_mask(5, 0.2, 2, 2, 45, 77, device=DEVICE)
-    monkeypatch.setattr(kernels.dropout, "_MASK_BLOCK", 16)  # another tiling of the materialiser
+    monkeypatch.setattr(kernels_dropout, "_MASK_BLOCK", 16)  # another tiling of the materialiser
     chunk = kernels.dropout_keep_mask(5, 0.2, 2, 2, 45, 77, device=DEVICE,
                                       batch_heads=(1, 3), rows=(7, 40), keys=(30, 77))
     assert torch.equal(chunk, whole[1:3, 7:40, 30:77])

@@ -13,11 +13,11 @@ from conformance.backends import INTERPRETER, activate
 
 PROFILE = activate()  # before the kernels are imported (interpreter on CPU)
 
-import kernels  # noqa: E402
+from conformance.bundled import kernels  # noqa: E402
 from conformance.cases.catalog import Case  # noqa: E402
-from kernels.launch import padded_head_dim  # noqa: E402
-from kernels.validation import FP8  # noqa: E402
-from reference import MATCHED, REFERENCE, attention_forward  # noqa: E402
+from conformance.bundled.kernels.launch import padded_head_dim  # noqa: E402
+from conformance.bundled.kernels.validation import FP8  # noqa: E402
+from conformance.bundled.reference import MATCHED, REFERENCE, attention_forward  # noqa: E402
 
 # The interpreter as a target with fp8 matrix units, to reach the checks after the dtype's.
 FP8_TARGET = SimpleNamespace(device="cpu", name="interpreter", dtypes=INTERPRETER.dtypes + tuple(FP8.values()))
@@ -37,7 +37,7 @@ def test_a_backend_without_fp8_says_so(dtype):
 
 @pytest.mark.parametrize("dtype", FP8)
 def test_fp8_is_forward_only(dtype, monkeypatch):
-    monkeypatch.setattr("kernels.flash.current_target", lambda: FP8_TARGET)
+    monkeypatch.setattr("conformance.bundled.kernels.flash.current_target", lambda: FP8_TARGET)
     with pytest.raises(ValueError, match=r"q: .* inputs are forward-only"):
         kernels.flash_attention(*fp8_qkv(dtype, requires_grad=True))
 

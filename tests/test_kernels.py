@@ -11,10 +11,10 @@ from conformance.backends import INTERPRETER, activate, cuda_profile
 
 PROFILE = activate()  # must precede `import kernels` (sets TRITON_INTERPRET=1 on CPU)
 
-import kernels  # noqa: E402
-import kernels.launch  # noqa: E402
+from conformance.bundled import kernels  # noqa: E402
+from conformance.bundled.kernels import launch as kernels_launch  # noqa: E402
 from kernel_checks import assert_rule, judge_kernel, kernel_tensors, make_qkv  # noqa: E402
-from kernels.validation import check_device  # noqa: E402
+from conformance.bundled.kernels.validation import check_device  # noqa: E402
 
 DEVICE = PROFILE.device
 
@@ -148,7 +148,7 @@ def test_batch_heads_beyond_one_launch_are_split(monkeypatch):
     options = dict(p=0.25, seed=77, total=True)
     whole = kernel_tensors(q, k, v, do, True, **options)
     whole_mask = kernels.dropout_keep_mask(77, 0.25, 5, 2, 33, 20, device=DEVICE)
-    monkeypatch.setattr(kernels.launch, "MAX_GRID_BATCH_HEADS", 3)
+    monkeypatch.setattr(kernels_launch, "MAX_GRID_BATCH_HEADS", 3)
     split = kernel_tensors(q, k, v, do, True, **options)
     for name, tensor in whole.items():
         assert torch.equal(split[name], tensor), name

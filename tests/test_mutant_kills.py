@@ -18,9 +18,9 @@ from conformance.cases.tiers import cases
 from conformance.judging import verdicts
 from conformance.running.implementations import Implementations
 from conformance.running.runner import run_case
-from mutants import BY_NAME, COUNTED
-from mutants.kill import hunt_all
-from mutants.registry import kernel_specs
+from conformance.bundled.mutants import BY_NAME, COUNTED
+from conformance.bundled.mutants.kill import hunt_all
+from conformance.bundled.mutants.registry import kernel_specs
 
 REPO = Path(__file__).resolve().parent.parent
 REACHABLE = [m.name for m in COUNTED if not m.interpreter_unreachable]
@@ -70,7 +70,7 @@ def _fixture_script(name: str, good_shape: tuple, bad_shape: tuple) -> str:
         from conformance import backends
         backends.activate("interpreter")
         import torch
-        from mutants.registry import flash_attention_{name} as attention
+        from conformance.bundled.mutants.registry import flash_attention_{name} as attention
         for (sq, sk) in ({good_shape}, {bad_shape}):
             q = torch.randn(1, 2, sq, 32, dtype=torch.float16)
             k, v = (torch.randn(1, 2, sk, 32, dtype=torch.float16) for _ in range(2))

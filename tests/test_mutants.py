@@ -8,15 +8,16 @@ import pytest
 
 from conformance.cases.catalog import Case
 from conformance.judging import verdicts
-from mutants import BY_NAME, COUNTED, MUTANTS, Edit, Mutant, PatternError
-from mutants import kill, registry
-from mutants.cli import main
-from mutants.kill import exit_status, tier_ladder
-from mutants.ordering import coverage_order
-from mutants.report import markdown, read_mutant_lines, terminal, mutants_writer
-from mutants.transform import KERNELS_PACKAGE, kernel_sources, load, materialise, mutated_sources
+from conformance.bundled.mutants import BY_NAME, COUNTED, MUTANTS, Edit, Mutant, PatternError
+from conformance.bundled.mutants import kill, registry
+from conformance.bundled.mutants.cli import main
+from conformance.bundled.mutants.kill import exit_status, tier_ladder
+from conformance.bundled.mutants.ordering import coverage_order
+from conformance.bundled.mutants.report import markdown, read_mutant_lines, terminal, mutants_writer
+from conformance.bundled.mutants.transform import (KERNELS_PACKAGE, kernel_sources, load, materialise,
+                                                 mutated_sources, rename_imports)
 
-SOURCES = {"a.py": "x = 1\ny = 2\n", "b.py": "from kernels.a import x\nz = x + x\n"}
+SOURCES = {"a.py": "x = 1\ny = 2\n", "b.py": "from .a import x\nfrom ..reference.c import y\nz = x + x\n"}
 
 
 def test_an_edit_whose_snippet_is_missing_fails_loudly():
@@ -36,9 +37,20 @@ def test_an_edit_of_a_missing_file_fails_loudly():
         mutated_sources(Mutant("nofile", "fault", (Edit("c.py", "x", "y"),)), SOURCES)
 
 
-def test_a_mutant_package_imports_itself_not_the_bundled_kernels():
+def test_a_mutant_package_imports_itself_and_the_real_reference():
+    """The copy is a top-level package: its relative imports find its own modules, the ones that
+    would leave it (`..reference`) name the bundled reference, which no mutant edits."""
     sources = mutated_sources(Mutant("m", "fault", (Edit("b.py", "x + x", "x * x"),)), SOURCES)
-    assert sources == {"a.py": "x = 1\ny = 2\n", "b.py": "from _fa_mutant_m.a import x\nz = x * x\n"}
+    assert sources == {"a.py": "x = 1\ny = 2\n",
+                       "b.py": "from .a import x\nfrom conformance.bundled.reference.c import y\nz = x * x\n"}
+
+
+def test_renaming_touches_only_imports_that_leave_the_package_or_name_it():
+    source = ("from . import tuning\nfrom .. import reference\n    from ..reference.v import w\n"
+              f"import {KERNELS_PACKAGE}.flash\ntext = 'from ..reference'\n")
+    assert rename_imports(source, "_fa_mutant_m") == (
+        "from . import tuning\nfrom conformance.bundled import reference\n"
+        "    from conformance.bundled.reference.v import w\nimport _fa_mutant_m.flash\ntext = 'from ..reference'\n")
 
 
 def _apply_independently(text: str, edits) -> str:
@@ -54,13 +66,14 @@ def test_each_mutant_differs_from_the_kernels_by_exactly_its_edits(mutant):
     original, mutated = kernel_sources(), mutated_sources(mutant)
     assert mutated.keys() == original.keys()
     for name, text in mutated.items():
-        assert not re.search(rf"^\s*(from|import)\s+{KERNELS_PACKAGE}\b", text, re.MULTILINE), name
-        renamed_back = text.replace(mutant.package, KERNELS_PACKAGE)
-        changed = [a for a, b in zip(text.splitlines(), renamed_back.splitlines()) if a != b]
+        # nothing of the copy runs the original kernels, nothing leaves the copy relatively
+        assert not re.search(rf"^\s*(from|import)\s+({re.escape(KERNELS_PACKAGE)}\b|\.\.)", text, re.MULTILINE), name
+        renamed = rename_imports(original[name], mutant.package)
+        changed = [a for a, b in zip(original[name].splitlines(), renamed.splitlines()) if a != b]
         assert all(re.match(r"\s*(from|import) ", line) for line in changed), (name, changed)
         edits = [edit for edit in mutant.edits if edit.file == name]
-        assert renamed_back == _apply_independently(original[name], edits), name
-        assert (renamed_back != original[name]) == bool(edits), name
+        assert text == rename_imports(_apply_independently(original[name], edits), mutant.package), name
+        assert (text != renamed) == bool(edits), name
 
 
 def test_mutants_are_distinct_and_enough():
@@ -85,8 +98,8 @@ def test_registry_gives_the_mutant_operator_with_its_dropout_mask():
     assert function.dropout_keep_mask is package.dropout_keep_mask
     assert registry.piecewise_attention_dropout_not_rescaled is package.piecewise_attention
     assert registry.kernel_specs("lse_log2") == [
-        "flash_attention=mutants.registry:flash_attention_lse_log2",
-        "piecewise_attention=mutants.registry:piecewise_attention_lse_log2"]
+        "flash_attention=conformance.bundled.mutants.registry:flash_attention_lse_log2",
+        "piecewise_attention=conformance.bundled.mutants.registry:piecewise_attention_lse_log2"]
     with pytest.raises(AttributeError, match="expected <op>_<mutant>"):
         registry.flash_attention_no_such_mutant
 

@@ -11,14 +11,14 @@ from conformance.backends import activate, cuda_profile
 
 PROFILE = activate()  # must precede `import kernels` (sets TRITON_INTERPRET=1 on CPU)
 
-import kernels  # noqa: E402
-import kernels.launch  # noqa: E402
-import kernels.piecewise  # noqa: E402
+from conformance.bundled import kernels  # noqa: E402
+from conformance.bundled.kernels import launch as kernels_launch  # noqa: E402
+from conformance.bundled.kernels import piecewise as kernels_piecewise  # noqa: E402
 from conformance.judging.rule import floor, judge, max_abs_error  # noqa: E402
-from kernels.piecewise import piecewise_attention  # noqa: E402
-from reference import MATCHED, REFERENCE, attention_forward  # noqa: E402
-from reference.chunking import DEFAULT_MAX_CHUNK_BYTES  # noqa: E402
-from reference.piecewise import _near, _setup, piecewise_backward, piecewise_forward  # noqa: E402
+from conformance.bundled.kernels.piecewise import piecewise_attention  # noqa: E402
+from conformance.bundled.reference import MATCHED, REFERENCE, attention_forward  # noqa: E402
+from conformance.bundled.reference.chunking import DEFAULT_MAX_CHUNK_BYTES  # noqa: E402
+from conformance.bundled.reference.piecewise import _near, _setup, piecewise_backward, piecewise_forward  # noqa: E402
 
 DEVICE = PROFILE.device
 GRADS = ("dq1", "dk1", "dq2", "dk2", "dv")
@@ -257,7 +257,7 @@ def test_grid_split_over_batch_heads(monkeypatch):
     same result, bit for bit, as one launch."""
     xs = make_inputs(seed=15, b=2, h=4, hkv=2, sq=20, sk=33, d=16, dtype=torch.float16)
     whole = run_kernel(*xs, 5, causal=True)
-    monkeypatch.setattr(kernels.launch, "MAX_GRID_BATCH_HEADS", 3)
+    monkeypatch.setattr(kernels_launch, "MAX_GRID_BATCH_HEADS", 3)
     split = run_kernel(*xs, 5, causal=True)
     assert all(torch.equal(a, b) for a, b in zip(whole, split))
 
@@ -336,7 +336,7 @@ def test_bad_causal():
 
 
 def test_cpu_tensors_on_a_gpu_backend(monkeypatch):
-    monkeypatch.setattr(kernels.piecewise, "current_target", lambda: cuda_profile((9, 0)).target)
+    monkeypatch.setattr(kernels_piecewise, "current_target", lambda: cuda_profile((9, 0)).target)
     cpu = [x.cpu() for x in _qkv()]
     with pytest.raises(ValueError, match=r"q1: tensor is on the CPU"):
         piecewise_attention(*cpu, 3)

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from reference import MATCHED, REFERENCE, Dropout, Precision, attention_backward, attention_forward
-from reference.chunking import LIVE_SCORE_BLOCKS, plan_chunks
-from reference.tf32 import ieee_fp32_matmul
+from conformance.bundled.reference import MATCHED, REFERENCE, Dropout, Precision, attention_backward, attention_forward
+from conformance.bundled.reference.chunking import LIVE_SCORE_BLOCKS, plan_chunks
+from conformance.bundled.reference.tf32 import ieee_fp32_matmul
 
 F64_TOL = 1e-10
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.cases.catalog import Case
 from conformance.cases.tiers import TIERS, cases
 from conformance.reporting.merge import merge
 from conformance.running.results import ResultsWriter
@@ -69,6 +70,15 @@ def test_merging_names_every_machine_and_what_would_make_it_wrong(tmp_path):
     assert merge([a]).problems == [] and "machines" not in merge([a]).env
 
 
+def test_a_folder_of_shards_missing_all_but_one_is_not_a_whole_run(tmp_path):
+    """A shard folder named alone is that shard's run; found below a folder of shards (the
+    nightly workflow's runs/triton-<version>/ after a shard job died), the others are missing."""
+    _folder(tmp_path / "runs", "shard-1", [{"case": "x", "verdict": "pass"}], "1/2")
+    assert merge([tmp_path / "runs" / "shard-1"]).problems == []
+    merged = merge([tmp_path / "runs"])
+    assert merged.problems == ["shard 2/2 missing"] and merged.env["merge_warnings"] == ["shard 2/2 missing"]
+
+
 def test_the_smoke_tier_in_three_shards_merges_to_the_unsharded_verdicts(tmp_path):
     """Three processes, one shard each, then `report --out` and `diff` against one whole run."""
     run = [sys.executable, "-m", "conformance", "run", "--tier", "smoke", "--backend", "interpreter", "--no-isolate"]
@@ -90,3 +100,33 @@ def test_the_smoke_tier_in_three_shards_merges_to_the_unsharded_verdicts(tmp_pat
     merged_ids = {json.loads(l)["case"] for l in (tmp_path / "merged" / "results.jsonl").read_text().splitlines()}
     whole_ids = {json.loads(l)["case"] for l in (tmp_path / "whole" / "results.jsonl").read_text().splitlines()}
     assert merged_ids == whole_ids
+
+
+def test_a_shard_runs_under_pytest_xdist_as_it_does_alone(tmp_path):
+    """`run --shard 1/3 -n 2`: the same cases as without -n (each worker computes the same part)."""
+    pytest.importorskip("xdist")
+    from tests.test_cli import run_cli
+
+    ids = [f"flash_attention.fwd[fp32,d16,{mask},B1,H2,Hkv1,Sq{sq},Sk17,seed0]"
+           for mask in ("causal", "noncausal") for sq in (9, 30, 45)]
+    part = {case.id for case in sharded([Case.from_id(text) for text in ids], (1, 3))}
+    assert 2 <= len(part) < len(ids)
+    judged = []
+    for workers in ([], ["-n", "2"]):
+        code, lines, _ = run_cli(tmp_path / f"n{workers}", "exact", *ids, extra=["--shard", "1/3", *workers])
+        assert code == 0
+        judged.append({line["case"] for line in lines if line.get("kind", "case") == "case"})
+    assert judged == [part, part]
+
+
+def test_xdist_workers_of_a_shard_are_pinned_one_per_gpu(monkeypatch):
+    """Sharding does not change the pin: worker gw5 of `--shard 2/4 -n 8` on 4 GPUs runs on GPU 1."""
+    from conformance.running import plugin
+    from conformance.running.devices import pin_xdist_worker
+    from tests.test_devices import FakeCuda, _worker_config
+
+    cuda = FakeCuda(4)
+    monkeypatch.setattr(plugin, "pin_xdist_worker", lambda *args: pin_xdist_worker(*args, cuda=cuda))
+    config = _worker_config("gw5", conformance_shard="2/4")
+    plugin.pytest_configure(config)
+    assert cuda.current == 1 and config.stash[plugin._STATE].device_index == 1

@@ -2,9 +2,11 @@
 
 Built from the source with `ast` (nothing is imported): every `import X` and
 `from X import Y` of the repository's own packages, `from P import m` counting as
-an import of the submodule P.m where m is one. A circle means two modules can
-only be understood (and imported) together; the kernels importing the harness
-would make the thing under test depend on its tester.
+an import of the submodule P.m where m is one. Modules are named as they are
+imported: the top-level folders kernels/, reference/, mutants/ and benchmarks/ as
+`conformance.bundled.<folder>` (conformance/bundled/__init__.py). A circle means two
+modules can only be understood (and imported) together; the kernels importing the
+harness would make the thing under test depend on its tester.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("conformance", "kernels", "reference", "mutants", "benchmarks")
+BUNDLED = ("kernels", "reference", "mutants", "benchmarks")  # imported as conformance.bundled.<name>
+PACKAGES = ("conformance", *BUNDLED)
+KERNELS, REFERENCE = "conformance.bundled.kernels", "conformance.bundled.reference"
 
 
 def _module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    return ".".join(("conformance", "bundled", *parts) if parts[0] in BUNDLED else parts)
 
 
 def _modules() -> dict[str, Path]:
@@ -89,11 +94,34 @@ def test_the_circle_finder_finds_one():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
 def test_the_kernels_import_nothing_of_the_harness():
     graph = import_graph()
-    harness = [(module, imported) for module, imports in graph.items() if module.split(".")[0] == "kernels"
-               for imported in imports if imported.split(".")[0] not in ("kernels", "reference")]
+    harness = [(module, imported) for module, imports in graph.items() if _within(module, KERNELS)
+               for imported in imports if not (_within(imported, KERNELS) or _within(imported, REFERENCE))]
     assert harness == []
+    assert graph[f"{KERNELS}.piecewise"] >= {f"{REFERENCE}.validation"}  # relative imports are resolved
+
+
+def _absolute_imports(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            yield node.module, node.lineno
+
+
+def test_nothing_imports_the_bundled_folders_by_their_top_level_names():
+    """`import kernels` would import whatever `kernels` comes first on sys.path: another
+    repository's, or the `kernels` distribution on PyPI (conformance/bundled says more)."""
+    files = [*(path for package in (*PACKAGES, "tests") for path in (ROOT / package).rglob("*.py")),
+             ROOT / "conftest.py"]
+    found = [f"{path.relative_to(ROOT)}:{line}: {name}" for path in files for name, line in _absolute_imports(path)
+             if name.split(".")[0] in BUNDLED]
+    assert found == []
 
 
 @pytest.mark.parametrize("package", ["conformance"])

@@ -16,8 +16,8 @@ from conformance.compile_only.targets import target_profile
 from conformance.compile_only.tier import judge
 from conformance.reporting import configurations as config_report
 from conformance.running.configurations import cannot_launch, with_config
-from kernels import tuning, tuning_space
-from kernels.targets import INTERPRETER, Target
+from conformance.bundled.kernels import tuning, tuning_space
+from conformance.bundled.kernels.targets import INTERPRETER, Target
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = [Target("cuda", 80, 32), Target("cuda", 90, 32), Target("hip", "gfx942", 64), INTERPRETER]

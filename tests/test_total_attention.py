@@ -9,10 +9,10 @@ from conformance.backends import activate
 
 PROFILE = activate()  # must precede `import kernels` (sets TRITON_INTERPRET=1 on CPU)
 
-import kernels  # noqa: E402
+from conformance.bundled import kernels  # noqa: E402
 from conformance.judging.rule import compare_tensor  # noqa: E402
 from kernel_checks import DTYPE_NAMES, make_qkv  # noqa: E402
-from reference import MATCHED, REFERENCE, attention_forward  # noqa: E402
+from conformance.bundled.reference import MATCHED, REFERENCE, attention_forward  # noqa: E402
 
 
 def judge_total(q, k, v, causal):

@@ -12,7 +12,9 @@ The harness and tests ask the *active* profile instead of branching on the platf
     profile.dtypes, profile.unsupported_reason("fp8e4m3", 64), profile.launch_config("fwd", 64)
 
 The active profile is detected once per process (`detect()`), or chosen explicitly
-with `activate("cuda:sm_90")` / the command line's `--backend`.
+with `activate("cuda:sm_90")` / the command line's `--backend` -- which the commands
+first check names a device this machine has (`absence()`; tests activate profiles of
+absent devices on purpose, so `activate()` itself does not).
 
 Detection must not define the kernels (kernels.targets and kernels.tuning define
 none): under Triton's CPU interpreter the environment variable TRITON_INTERPRET=1
@@ -25,14 +27,14 @@ from __future__ import annotations
 import os
 
 from conformance.backends.cuda import CUDA_ARCHS, cuda_profile
-from conformance.backends.detection import detect, interpreter_requested, known_keys, profile_by_key
+from conformance.backends.detection import absence, detect, interpreter_requested, known_keys, profile_by_key
 from conformance.backends.hip import HIP_ARCHS, hip_profile
 from conformance.backends.iluvatar import ILUVATAR_ARCHS, iluvatar_profile
 from conformance.backends.interpreter import INTERPRETER
 from conformance.backends.profile import KERNELS, BackendProfile, LaunchConfig, LaunchTable
 
 __all__ = ["CUDA_ARCHS", "HIP_ARCHS", "ILUVATAR_ARCHS", "INTERPRETER", "KERNELS", "BackendProfile",
-           "LaunchConfig", "LaunchTable", "activate", "active_profile", "cuda_profile", "detect",
+           "LaunchConfig", "LaunchTable", "absence", "activate", "active_profile", "cuda_profile", "detect",
            "hip_profile", "iluvatar_profile", "interpreter_requested", "known_keys", "profile_by_key"]
 
 _active: BackendProfile | None = None

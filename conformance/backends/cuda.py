@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from conformance.backends.profile import HEAD_DIMS, KIB, BackendProfile
-from kernels.targets import Target
+from conformance.bundled.kernels.targets import Target
 
 GUIDE = "https://docs.nvidia.com/cuda/cuda-c-programming-guide/#features-and-technical-specifications"
 

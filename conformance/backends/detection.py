@@ -63,12 +63,44 @@ def detect() -> BackendProfile:
 
     if not torch.cuda.is_available():
         return INTERPRETER
+    return _present_gpu(torch)
+
+
+def _present_gpu(torch) -> BackendProfile:
+    """The profile of the GPU torch sees (there is one)."""
     if getattr(torch.version, "hip", None) is not None:
         return hip_profile(_hip_arch(torch))
     capability = tuple(torch.cuda.get_device_capability())
     if iluvatar_markers(torch):
         return iluvatar_profile(iluvatar_arch(capability))
     return cuda_profile(capability)
+
+
+def absence(profile: BackendProfile) -> str | None:
+    """Why this machine cannot run as `profile` -- it names a device that is not here --
+    in one line; None when it can (the interpreter always can).
+
+    A user's --backend overrides detection, but only among what is present: a profile's
+    facts (dtypes, head dims, shared memory) decide verdicts, so a GPU on a machine
+    without one, another vendor's, or another architecture than the card in it would
+    judge the kernels against a card that is not running them.  An Iluvatar key is
+    accepted on any CUDA-like GPU: such cards look like NVIDIA ones to torch, and the
+    markers detection relies on may be missing from a software stack (the override's
+    reason to exist); so is any key where the card's architecture cannot be read.
+    """
+    if profile.interpreted:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return (f"{profile.key} names a GPU, but torch sees none on this machine "
+                f"(use --backend interpreter, or leave --backend out)")
+    present = _present_gpu(torch)
+    if profile.name == "iluvatar" and present.name in ("cuda", "iluvatar"):
+        return None
+    if profile.name != present.name or present.arch not in (profile.arch, "gfx-unknown"):
+        return f"{profile.key} is not this machine's GPU, which is {present.key} (leave --backend out to use it)"
+    return None
 
 
 def known_keys() -> list[str]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from conformance.backends.profile import HEAD_DIMS, KIB, BackendProfile
-from kernels.targets import Target
+from conformance.bundled.kernels.targets import Target
 
 MI200_DENORMALS = (
     "gfx90a (MI200): the fp16 and bf16 MFMA instructions flush subnormal inputs and outputs "

@@ -33,7 +33,7 @@ What public sources say, and how sure it is:
 from __future__ import annotations
 
 from conformance.backends.profile import HEAD_DIMS, BackendProfile
-from kernels.targets import Target
+from conformance.bundled.kernels.targets import Target
 
 # capability -> ivcore name (FlagTree's Iluvatar compiler).
 ILUVATAR_ARCHS = {(7, 0): "ivcore10", (7, 1): "ivcore11", (8, 0): "ivcore20"}

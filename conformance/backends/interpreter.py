@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conformance.backends.profile import HEAD_DIMS, BackendProfile
-from kernels import targets
+from conformance.bundled.kernels import targets
 
 INTERPRETER = BackendProfile(
     name="interpreter",

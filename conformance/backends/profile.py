@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernels.targets import FP8, HEAD_DIMS, HIGH_PRECISION, Target
-from kernels.tuning import KERNELS, LaunchConfig, LaunchTable, launch_config, launch_tables
+from conformance.bundled.kernels.targets import FP8, HEAD_DIMS, HIGH_PRECISION, Target
+from conformance.bundled.kernels.tuning import KERNELS, LaunchConfig, LaunchTable, launch_config, launch_tables
 
 __all__ = ["FP8", "HEAD_DIMS", "HIGH_PRECISION", "KERNELS", "KIB", "BackendProfile", "LaunchConfig",
            "LaunchTable"]

@@ -21,8 +21,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
-from kernels.targets import FP8, HIGH_PRECISION
-from kernels.tuning_space import CONFIG_PATTERN
+from conformance.bundled.kernels.targets import FP8, HIGH_PRECISION
+from conformance.bundled.kernels.tuning_space import CONFIG_PATTERN
 
 OPS = ("flash_attention", "piecewise_attention")
 DIRECTIONS = ("fwd", "bwd")

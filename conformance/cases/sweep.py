@@ -19,7 +19,7 @@ Which configurations a case runs is the target's, so the tier is built for a pro
 from __future__ import annotations
 
 from conformance.cases.catalog import Case
-from kernels.tuning_space import KERNELS, config_text, space
+from conformance.bundled.kernels.tuning_space import KERNELS, config_text, space
 
 SCOPES = {"sweep": "full", "sweep-quick": "quick"}
 # The call that launches each kernel: (op, direction, extra case fields).

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from conformance.backends.profile import FP8, BackendProfile
-from kernels.tuning_space import config_text, space
-from kernels.validation import DTYPE_NAMES
+from conformance.bundled.kernels.tuning_space import config_text, space
+from conformance.bundled.kernels.validation import DTYPE_NAMES
 
 FLASH, PIECEWISE = "flash_attention", "piecewise_attention"
 # full: every dtype x power-of-two head dim x variant of the profile.

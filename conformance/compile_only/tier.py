@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,8 +31,9 @@ from conformance.backends.profile import BackendProfile
 from conformance.compile_only import plan
 from conformance.compile_only.targets import parse_targets
 from conformance.judging import verdicts
-from conformance.running.environment import HARNESS_ROOT, command_line, fingerprint, triton_version
+from conformance.running.environment import command_line, fingerprint, triton_version
 from conformance.running.results import ResultsWriter, default_run_dir, read_env, read_results
+from conformance.running.spawn import module_command
 
 REPORT_FILE = "compile.md"
 _CHUNK_TIMEOUT_S = 1800
@@ -51,16 +51,13 @@ class ChunkOutcome:
 
 
 def _worker_env() -> dict:
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HARNESS_ROOT), env.get("PYTHONPATH")]))
-    return env
+    return {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
 
 
 def _run_worker(job: dict) -> tuple[list[dict], int | None, str]:
     """(events, return code or None on timeout, stderr) of one worker process."""
-    process = subprocess.Popen([sys.executable, "-m", "conformance.compile_only.worker"], cwd=HARNESS_ROOT,
-                               env=_worker_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(module_command("conformance.compile_only.worker"), env=_worker_env(),
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     timed_out = False
     try:
         stdout, stderr = process.communicate(json.dumps(job), timeout=_CHUNK_TIMEOUT_S)

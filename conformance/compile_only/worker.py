@@ -126,8 +126,8 @@ def run_call(call: dict) -> None:
     """The operator call; its launches go to the Compiler (outputs are never read)."""
     import torch
 
-    import kernels
-    from kernels.validation import DTYPE_NAMES
+    from conformance.bundled import kernels
+    from conformance.bundled.kernels.validation import DTYPE_NAMES
 
     torch_dtype = {name: dtype for dtype, name in DTYPE_NAMES.items()}[call["dtype"]]
     if call["op"] == "flash_attention":
@@ -185,11 +185,11 @@ def main() -> int:
     if profile.compile_target[0] == "hip":
         provide_hip_linker(job["cache_dir"])
     backends.activate(replace(profile, device="cpu"))  # tensors stand in on the CPU
-    from kernels import launch
+    from conformance.bundled.kernels import launch
 
     compiler = Compiler(profile.key, profile.compile_target[0], set(job["skip"]))
     launch.set_launcher(compiler)
-    from kernels.tuning_space import configured, parse_config
+    from conformance.bundled.kernels.tuning_space import configured, parse_config
 
     for call in job["calls"]:
         compiler.dtype, compiler.config = call["dtype"], call.get("config")

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-from reference import MATCHED, REFERENCE
+from conformance.bundled.reference import MATCHED, REFERENCE
 
 from conformance.judging import bad_inputs
 from conformance.cases.catalog import Case

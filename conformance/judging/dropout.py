@@ -50,7 +50,7 @@ class DropoutReplay:
         return mask
 
     def as_reference(self):
-        from reference import Dropout
+        from conformance.bundled.reference import Dropout
 
         return Dropout(self.p, self.keep_mask)
 

@@ -86,7 +86,7 @@ def _flash_outputs(case: Case, result, seed_offset: bool = False) -> Returned:
 
 
 def _flash_torch_path(case: Case, inputs: dict, do, precision, dropout) -> dict:
-    from reference import attention_backward, attention_forward
+    from conformance.bundled.reference import attention_backward, attention_forward
 
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     options = dict(causal=case.causal, precision=precision)
@@ -121,7 +121,7 @@ def _flash_term_sizes(case: Case, inputs: dict) -> dict:
 
 
 def _flash_delta_noise(case: Case, inputs: dict, do, dropout):
-    from reference import REFERENCE, attention_delta_noise, attention_forward
+    from conformance.bundled.reference import REFERENCE, attention_delta_noise, attention_forward
 
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     options = {"dropout": dropout} if dropout is not None else {}
@@ -149,7 +149,7 @@ def _piecewise_call(function, case: Case, inputs: dict, seed_offset: bool = Fals
 
 
 def _piecewise_torch_path(case: Case, inputs: dict, do, precision, dropout) -> dict:
-    from reference import piecewise_backward, piecewise_forward
+    from conformance.bundled.reference import piecewise_backward, piecewise_forward
 
     args = [inputs[name] for name in ("q1", "k1", "q2", "k2", "v")]
     options = dict(causal=case.causal, precision=precision)
@@ -161,7 +161,7 @@ def _piecewise_torch_path(case: Case, inputs: dict, do, precision, dropout) -> d
 
 
 def _piecewise_delta_noise(case: Case, inputs: dict, do, dropout):
-    from reference import REFERENCE, piecewise_delta_noise, piecewise_forward
+    from conformance.bundled.reference import REFERENCE, piecewise_delta_noise, piecewise_forward
 
     args = [inputs[name] for name in ("q1", "k1", "q2", "k2", "v")]
     out, lse = piecewise_forward(*args, case.dist, causal=case.causal, precision=REFERENCE)

@@ -25,7 +25,7 @@ import torch
 from conformance.cases.inputs import TORCH_DTYPES
 from conformance.judging.determinism import INT_OF_SIZE, bits
 from conformance.judging.rule import max_abs_error
-from reference.philox import philox4x32_10
+from conformance.bundled.reference.philox import philox4x32_10
 
 FP32_UNIT_ROUNDOFF = 2.0**-24
 TF32_UNIT_ROUNDOFF = 2.0**-11  # 10 stored significand bits

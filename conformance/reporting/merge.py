@@ -94,12 +94,15 @@ def merge(paths) -> MergedRun:
         raise ValueError(f"no {RESULTS_FILE} in or below {', '.join(map(str, paths))}")
     envs = [read_env(folder) for folder in folders]
     lines, duplicates = _unique_lines([(folder, read_results(folder)) for folder in folders])
-    # One folder is a run as it is (a single shard included); several must make a whole.
-    problems = _differences(envs) + _missing_shards(envs) + duplicates if len(folders) > 1 else []
+    # A folder named alone is a run as it is (a single shard included); several folders, or
+    # one found below the path named (a folder of shards with the others missing), must make a whole.
+    whole = len(folders) > 1 or any(folder not in set(map(Path, paths)) for folder in folders)
+    problems = _differences(envs) + _missing_shards(envs) + duplicates if whole else []
     env = dict(envs[0])
     if len(folders) > 1:
         env["machines"] = [{"folder": str(folder), "shard": _shard(e), **{k: e.get(k) for k in _MACHINE_FIELDS}}
                            for folder, e in zip(folders, envs)]
+    if len(folders) > 1 or problems:
         env["merge_warnings"] = problems
     return MergedRun(folders, env, lines, problems)
 

@@ -28,6 +28,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from conformance.running.spawn import module_command
+
 COMPILE_TARGETS = "sm_80,sm_90,gfx90a,gfx942"
 STATUS_FILE = "status.json"
 MATRIX_FILES = {"markdown": "matrix.md", "html": "matrix.html"}
@@ -51,9 +53,9 @@ def run_parts(version_dir: Path, selected: dict[str, list[str]]) -> dict[str, in
     """Run each part into version_dir/<part>; the exit statuses by part."""
     statuses = {}
     for name, arguments in selected.items():
-        command = [sys.executable, "-m", "conformance", *arguments, "--out", str(version_dir / name)]
-        print("matrix:", " ".join(command), flush=True)
-        statuses[name] = subprocess.run(command).returncode
+        arguments = [*arguments, "--out", str(version_dir / name)]
+        print("matrix: python -m conformance", " ".join(arguments), flush=True)
+        statuses[name] = subprocess.run(module_command("conformance", *arguments)).returncode
     return statuses
 
 

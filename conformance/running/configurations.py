@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 
 from conformance.cases.catalog import Case
-from kernels.tuning_space import check_in_space, configured, parse_config
+from conformance.bundled.kernels.tuning_space import check_in_space, configured, parse_config
 
 NOT_BUNDLED = "launch configurations are the bundled kernels' own: this implementation has none to set"
 

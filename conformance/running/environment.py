@@ -21,7 +21,8 @@ from pathlib import Path
 
 from conformance.judging.rule import RULE_REVISION
 
-HARNESS_ROOT = Path(__file__).resolve().parents[2]
+HARNESS_ROOT = Path(__file__).resolve().parents[2]  # a clone's root, or the site-packages holding it
+DISTRIBUTION = "fa-conformance"
 
 
 def _run(command: list[str], cwd: Path | None = None) -> str | None:
@@ -50,14 +51,19 @@ def triton_version() -> str | None:
 
 
 def git_revision(root: Path = HARNESS_ROOT) -> dict:
-    """{"revision": sha or None, "dirty": bool or None} of the harness checkout.
+    """{"revision": sha or None, "dirty": bool or None} of the harness checkout; for an
+    installed harness, the distribution and its version as the revision.
 
     FA_HARNESS_REVISION, when set, is the revision the sender states for a copy of a
     checkout shipped to a lab machine; it wins, because such a copy may carry no .git
     or a stale one (the checkout's own view is kept under "checkout")."""
-    revision = _run(["git", "rev-parse", "HEAD"], cwd=root)
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root) if revision else None
-    checkout = {"revision": revision, "dirty": None if status is None else bool(status)}
+    if (root / ".git").exists():
+        revision = _run(["git", "rev-parse", "HEAD"], cwd=root)
+        status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root) if revision else None
+        checkout = {"revision": revision, "dirty": None if status is None else bool(status)}
+    else:  # installed (site-packages may sit inside some other git repository: never ask git there)
+        version = _package_version(DISTRIBUTION)
+        checkout = {"revision": f"{DISTRIBUTION} {version}" if version else None, "dirty": None}
     stated = os.environ.get("FA_HARNESS_REVISION")
     if stated:
         return {"revision": stated, "dirty": None, "stated": True, "checkout": checkout}
@@ -118,6 +124,8 @@ def command_line() -> str:
     argv = list(sys.argv)
     if argv and Path(argv[0]).name == "__main__.py" and Path(argv[0]).parent.name == "conformance":
         argv = ["python", "-m", "conformance", *argv[1:]]
+    elif argv and Path(argv[0]).name == DISTRIBUTION:  # the installed command
+        argv = [DISTRIBUTION, *argv[1:]]
     elif argv and Path(argv[0]).name in ("pytest", "py.test", "__main__.py"):
         argv = ["python", "-m", "pytest", *argv[1:]]
     return shlex.join(argv)

@@ -1,20 +1,22 @@
 """Which implementation of each operator a run judges, and what it declares.
 
-By default an operator `op` is `kernels.<op>` (the bundled Triton kernels). A
+By default an operator `op` is `conformance.bundled.kernels.<op>` (the bundled Triton
+kernels, named `kernels:<op>` in results, reports and the known-issue registry). A
 `--kernel op=package.module:function` spec replaces it with any callable of the
 same signature, importable from the current directory:
 
     flash_attention(q, k, v, causal=False, sm_scale=None, return_log_normalizer=False)
 
-or with a built-in adapter of a peer, `--kernel flash_attention=sdpa:BACKEND`
-(torch's scaled_dot_product_attention forced to one backend: conformance.peers.sdpa).
+or with a built-in adapter of a peer: `--kernel flash_attention=sdpa:BACKEND` (torch's
+scaled_dot_product_attention forced to one backend: conformance.peers.sdpa) or
+`--kernel flash_attention=flex` (torch's FlexAttention, compiled: conformance.peers.flex).
 
 With the implementation come its declared capabilities (conformance.running.capabilities:
 the function's `capabilities` attribute, or a table of `--capabilities FILE`) and,
 for kernels that own their dropout RNG, the function that recomputes their mask
 (`--dropout-mask [op=]MODULE:FUNCTION`, conformance.judging.dropout).
 
-Only bundled kernels are run under `kernels.poisoned_outputs()` (NaN-filled
+Only bundled kernels are run under `poisoned_outputs()` (NaN-filled
 outputs, so unwritten elements show up as `nonfinite`): the harness cannot reach
 into another implementation's allocations.
 """
@@ -32,10 +34,14 @@ from dataclasses import dataclass, field
 from conformance.cases.catalog import OPS
 from conformance.running import capabilities as declared_capabilities
 
-BUNDLED_MODULE = "kernels"
-# Built-in adapters of peers: `--kernel op=NAME:VARIANT` -> the module providing adapter(op, VARIANT).
-BUILTIN_ADAPTERS = {"sdpa": "conformance.peers.sdpa"}
+BUNDLED_PACKAGE = "conformance.bundled.kernels"  # where the bundled operators are imported from
+BUNDLED_LABEL = "kernels"  # their name in results lines, env.json and known issues (`kernels:<op>`)
+BUNDLED_MODULE = BUNDLED_LABEL  # the label's former name, still read by conformance.reporting.summary
+# Built-in adapters of peers: `--kernel op=NAME:VARIANT` (or `op=NAME`, no variant) -> the module
+# providing adapter(op, VARIANT) (VARIANT "" for none).
+BUILTIN_ADAPTERS = {"sdpa": "conformance.peers.sdpa", "flex": "conformance.peers.flex"}
 _SPEC = re.compile(r"(?P<op>\w+)=(?P<module>[A-Za-z_][\w.]*):(?P<function>[A-Za-z_]\w*)")
+_BUILTIN_SPEC = re.compile(r"(?P<op>\w+)=(?P<name>" + "|".join(BUILTIN_ADAPTERS) + ")")
 _MASK_SPEC = re.compile(r"(?:(?P<op>\w+)=)?(?P<module>[A-Za-z_][\w.]*):(?P<function>[A-Za-z_]\w*)")
 DROPOUT_OP = "flash_attention"  # the only operator with dropout
 
@@ -67,16 +73,15 @@ class Implementations:
 
     @classmethod
     def from_specs(cls, specs, capabilities_file: str | None = None, dropout_masks=()) -> "Implementations":
-        """Parse `op=package.module:function` specs; ValueError naming the option if bad."""
+        """Parse `op=package.module:function` (or built-in `op=sdpa:BACKEND`, `op=flex`) specs;
+        ValueError naming the option if bad."""
         overrides = {}
         for spec in specs or ():
-            match = _SPEC.fullmatch(spec.strip())
-            if not match:
-                raise ValueError(f"argument --kernel: expected op=package.module:function, got {spec!r}")
-            _check_op(match["op"], "--kernel")
-            if match["op"] in overrides:
-                raise ValueError(f"argument --kernel: {match['op']} given twice")
-            overrides[match["op"]] = f"{match['module']}:{match['function']}"
+            op, target = _kernel_spec(spec)
+            _check_op(op, "--kernel")
+            if op in overrides:
+                raise ValueError(f"argument --kernel: {op} given twice")
+            overrides[op] = target
         masks = {}
         for spec in dropout_masks or ():
             match = _MASK_SPEC.fullmatch(spec.strip())
@@ -96,14 +101,14 @@ class Implementations:
                               selection.get("dropout_masks"))
 
     def name(self, op: str) -> str:
-        """What runs for `op`, e.g. `kernels:flash_attention`, `mypkg.attn:fa` or `sdpa:cudnn`."""
-        return self.overrides.get(op, f"{BUNDLED_MODULE}:{op}")
+        """What runs for `op`, e.g. `kernels:flash_attention`, `mypkg.attn:fa`, `sdpa:cudnn` or `flex`."""
+        return self.overrides.get(op, f"{BUNDLED_LABEL}:{op}")
 
     def is_bundled(self, op: str) -> bool:
         return op not in self.overrides
 
     def is_builtin_adapter(self, op: str) -> bool:
-        """Whether `op` runs a built-in peer adapter (`sdpa:...`), which may refuse a case."""
+        """Whether `op` runs a built-in peer adapter (`sdpa:...`, `flex`), which may refuse a case."""
         return not self.is_bundled(op) and self.name(op).partition(":")[0] in BUILTIN_ADAPTERS
 
     def resolve(self, op: str):
@@ -115,7 +120,7 @@ class Implementations:
     def _resolve(self, op: str):
         module_name, _, variant = self.name(op).partition(":")
         if self.is_bundled(op):
-            return getattr(importlib.import_module(BUNDLED_MODULE), op)
+            return getattr(importlib.import_module(BUNDLED_PACKAGE), op)
         if module_name in BUILTIN_ADAPTERS:
             return importlib.import_module(BUILTIN_ADAPTERS[module_name]).adapter(op, variant)
         return _import_target(self.name(op), "--kernel")
@@ -161,7 +166,7 @@ class Implementations:
         """Context manager to launch `op` in: NaN-poisoned outputs for bundled kernels."""
         if not self.is_bundled(op):
             return contextlib.nullcontext()
-        return importlib.import_module(BUNDLED_MODULE).poisoned_outputs()
+        return importlib.import_module(BUNDLED_PACKAGE).poisoned_outputs()
 
     def cli_args(self) -> list[str]:
         """The options that select these implementations again."""
@@ -182,6 +187,19 @@ class Implementations:
             if declaration is not None:
                 described[op] = {"source": source, "declared": declaration.declared()}
         return described
+
+
+def _kernel_spec(spec: str) -> tuple[str, str]:
+    """(op, target) of a --kernel spec: `op=package.module:function`, or a built-in adapter
+    without a variant (`op=flex`); ValueError naming the option if neither."""
+    match = _SPEC.fullmatch(spec.strip())
+    if match:
+        return match["op"], f"{match['module']}:{match['function']}"
+    match = _BUILTIN_SPEC.fullmatch(spec.strip())
+    if match:
+        return match["op"], match["name"]
+    raise ValueError(f"argument --kernel: expected op=package.module:function (or a built-in: op=sdpa:BACKEND, "
+                     f"op=flex), got {spec!r}")
 
 
 def _check_op(op: str, option: str) -> None:

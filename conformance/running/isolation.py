@@ -26,14 +26,13 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Callable
 
 from conformance.cases.catalog import Case
-from conformance.running.environment import HARNESS_ROOT
 from conformance.running.results import from_json, to_json
+from conformance.running.spawn import module_command
 
 # Per-case time limits when the user gives none: a GPU case takes seconds; the
 # interpreter's largest cases (long head dims, backward) take minutes on 2 cores.
@@ -63,12 +62,6 @@ def exit_description(returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
-def _worker_environment() -> dict:
-    """This process's environment, with the harness importable from any directory."""
-    paths = [str(HARNESS_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-
-
 class _Worker:
     """One `python -m conformance.running.worker` process and its reply pipe."""
 
@@ -76,10 +69,10 @@ class _Worker:
         self.log = tempfile.TemporaryFile()
         read_fd, write_fd = os.pipe()
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "conformance.running.worker", json.dumps(config), str(write_fd)],
+            self.process = subprocess.Popen(  # this harness, whatever the working directory holds
+                module_command("conformance.running.worker", json.dumps(config), str(write_fd)),
                 stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, pass_fds=(write_fd,),
-                start_new_session=True, env=_worker_environment())  # own process group: killed as a whole
+                start_new_session=True)  # own process group: killed as a whole
         finally:
             os.close(write_fd)  # the worker holds the only write end: its death reads as EOF
         self._reply_fd = read_fd

@@ -1,6 +1,8 @@
 """The pytest plugin: catalog cases as test items, one results line per case.
 
-Registered by the repository's root conftest.py (and passed with `-p` by the CLI).
+Registered by conformance.pytest_plugin when a run asks for the catalog (that light
+entry point declares the `--conformance-*` options this plugin reads), by the
+repository's root conftest.py for the harness's own tests, and with `-p` by the CLI.
 
 * `pytest_configure` activates the backend profile first -- before anything can
   import the kernels (the interpreter needs TRITON_INTERPRET=1 set early).
@@ -29,9 +31,9 @@ import pytest
 
 from conformance import backends
 from conformance.cases.catalog import Case
+from conformance.pytest_plugin import SWITCHES
 from conformance.cases.distributions import parse_optional
 from conformance.running.selection import recorded_ids, recorded_lines, resumed_env, resumed_selection, selected_cases
-from conformance.cases.tiers import TIER_NAMES
 from conformance.judging import verdicts
 from conformance.judging.verdicts import error_fields
 from conformance.probing.attribution import with_backend_fault
@@ -48,6 +50,7 @@ from conformance.running.runner import base_line, distribution_args, run_case
 
 SUITE_PATH = Path(__file__).resolve().parent.parent / "suite.py"
 RESULT_PROPERTY = "conformance_result"
+pytest_plugins = ["conformance.pytest_plugin"]  # the options, wherever this plugin is registered from
 
 
 @dataclass
@@ -115,44 +118,6 @@ class ConformanceState:
 _STATE = pytest.StashKey[ConformanceState]()
 
 
-def pytest_addoption(parser):
-    group = parser.getgroup("conformance", "FlashAttention conformance harness")
-    group.addoption("--conformance-tier", default="auto",
-                    help=f"catalog tier to run: {', '.join(TIER_NAMES)} or auto (the backend's default)")
-    group.addoption("--conformance-case", action="append", default=[], metavar="ID",
-                    help="run this case id (repeatable; replaces the tier)")
-    group.addoption("--conformance-out", default=None, metavar="DIR",
-                    help="run folder for results.jsonl, env.json, summary.md "
-                         "(default reports/runs/<time>-<backend>)")
-    group.addoption("--conformance-backend", default=None, metavar="KEY",
-                    help="backend profile, e.g. interpreter or cuda:sm_90 (default: detected)")
-    group.addoption("--conformance-kernel", action="append", default=[], metavar="OP=MOD:FN",
-                    help="judge this implementation of OP instead of the bundled kernel")
-    group.addoption("--conformance-op", action="append", default=[], metavar="OP",
-                    help="only this operator's cases (repeatable)")
-    group.addoption("--conformance-capabilities", default=None, metavar="FILE",
-                    help="TOML file declaring what the judged implementations support")
-    group.addoption("--conformance-dropout-mask", action="append", default=[], metavar="[OP=]MOD:FN",
-                    help="recompute the keep mask of a kernel that returns (seed, offset)")
-    group.addoption("--conformance-shard", default=None, metavar="K/N",
-                    help="only the K-th of N cost-balanced parts of the selected cases")
-    group.addoption("--conformance-config", default=None, metavar="KERNEL:CFG",
-                    help="the selected cases with this launch configuration of one bundled kernel")
-    group.addoption("--conformance-seeds", type=int, default=None, metavar="N",
-                    help="run every selected case under seeds 0..N-1")
-    group.addoption("--conformance-distribution", default=None, metavar="SPEC",
-                    help="input value distribution, e.g. logits:1e4 (conformance/cases/distributions.py)")
-    group.addoption("--conformance-resume", default=None, metavar="DIR",
-                    help="continue the run in DIR with its own selection: skip recorded cases, append the rest")
-    group.addoption("--conformance-isolate", choices=list(_SWITCH), default="auto",
-                    help="run cases in a worker process that may crash or hang (auto: on for GPUs)")
-    group.addoption("--conformance-case-timeout", type=float, default=None, metavar="S",
-                    help="per-case time limit of isolated runs (default: 300 on GPUs, 600 on the CPU)")
-    group.addoption("--conformance-determinism", choices=list(_SWITCH), default="auto",
-                    help="launch every forward twice, fail it if the bits differ (auto: on for GPUs)")
-
-
-_SWITCH = {"on": True, "off": False, "auto": None}  # auto: on for GPU profiles
 # selection key (conformance.running.selection) -> pytest option dest, e.g. "conformance_tier"
 _SELECTION_OPTIONS = {key: option.removeprefix("--").replace("-", "_")
                       for key, (_, option) in SELECTION_ARGUMENTS.items()}
@@ -168,7 +133,7 @@ def _selection_from_options(config) -> dict:
 
 
 def _switch(config, option: str, gpu: bool) -> bool:
-    value = _SWITCH[config.getoption(option)]
+    value = SWITCHES[config.getoption(option)]
     return gpu if value is None else value
 
 
@@ -193,9 +158,21 @@ def _state_from_options(config, selection: dict, device_index: int | None = None
         or DEFAULT_TIMEOUT_S.get(profile.device, DEFAULT_TIMEOUT_S["cpu"]))
 
 
+def _refuse_absent_backend(backend: str | None) -> None:
+    """A --conformance-backend naming a device this machine lacks is a usage error (backends.absence)."""
+    try:
+        absent = backends.absence(backends.profile_by_key(backend)) if backend else None
+    except ValueError as exc:
+        raise pytest.UsageError(f"conformance: {exc}") from None
+    if absent:
+        raise pytest.UsageError(f"conformance: --conformance-backend: {absent}")
+
+
 def pytest_configure(config):
     selection = _selection_from_options(config)
     worker_id = getattr(config, "workerinput", {}).get("workerid")
+    if worker_id is None:  # xdist workers run what their controller checked
+        _refuse_absent_backend(selection["backend"])
     # before anything touches CUDA: backend detection reads the current device
     device_index = pin_xdist_worker(worker_id, selection["backend"], backends.interpreter_requested())
     config.stash[_STATE] = _state_from_options(config, selection, device_index)
@@ -218,9 +195,15 @@ def is_suite_path(path) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makemodule(module_path, parent):
-    if is_suite_path(module_path):
-        return CatalogFile.from_parent(parent, path=Path(module_path))
-    return None
+    if not is_suite_path(module_path):
+        return None
+    path = Path(module_path)
+    try:
+        path.relative_to(parent.config.rootpath)
+        nodeid = None  # pytest's own: the path relative to the run's root
+    except ValueError:  # an installed harness run from another repository: pytest would name it ""
+        nodeid = f"{SUITE_PATH.parent.name}/{SUITE_PATH.name}"
+    return CatalogFile.from_parent(parent, path=path, nodeid=nodeid)
 
 
 class CatalogFile(pytest.File):
