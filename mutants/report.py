@@ -7,6 +7,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from conformance.cases.catalog import Case
+from conformance.diagnosing import shrinking
 from conformance.judging import verdicts
 from conformance.reporting.markdown import table
 from conformance.reporting.report import format_ratio
@@ -65,8 +67,15 @@ def table_rows(lines: list[dict], kills_per_row: int | None = None, separator: s
 HEADERS = ["mutant", "fault class", "result", "killed in tier", "cases run", "killed by (case: tensor ratios)"]
 
 
-LOCALIZED_HEADERS = ["mutant", "fault class", "pattern (tensor: named from the first kill)", "evidence",
+LOCALIZED_HEADERS = ["mutant", "fault class", "pattern (tensor: from the largest kill)", "evidence",
                      "shrunk to (smallest case that still kills)"]
+
+
+def _largest_diagnosed(kills: list[dict]) -> dict:
+    """The kill whose case is largest among those localized: a pattern needs room to show
+    (at Sq = 2 every fault is in "the last rows")."""
+    diagnosed = [kill for kill in kills if kill.get("fault_pattern")] or kills
+    return max(diagnosed, key=lambda kill: shrinking.cost(Case.from_id(kill["case"])))
 
 
 def localized_rows(lines: list[dict]) -> list[list]:
@@ -75,7 +84,7 @@ def localized_rows(lines: list[dict]) -> list[list]:
     for line in lines:
         if not line["kills"]:
             continue
-        kill = line["kills"][0]
+        kill = _largest_diagnosed(line["kills"])
         named = [t for t in kill["tensors"] if t.get("pattern")]
         best = next((t for t in named if f"{t['name']}: {t['pattern']}" == kill.get("fault_pattern")), None)
         shrunk = line.get("shrunk")

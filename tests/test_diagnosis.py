@@ -90,7 +90,7 @@ def test_unmasked_zero_padding_is_the_last_partial_key_block():
     kernel = attention_forward(*(padded[n].double() for n in "qkv"), precision=REFERENCE)[0].half()
     where = _where(case, kernel, inputs, ref)
     assert where["pattern"] == "the last partial key block", where["evidence"]
-    assert where["padding_share"] > 0.5
+    assert where["row_scaling_share"] > 0.5 and where["padding_keys"] == pytest.approx(56, rel=0.05)
 
 
 def test_a_scale_is_a_common_factor_and_a_ragged_tail_the_last_row_block():
@@ -191,6 +191,8 @@ def test_shrink_command_refuses_an_unknown_id_and_a_passing_case(capsys):
      "the kv-head mapping (GQA)"),
     ("dq_unscaled", "flash_attention.bwd[fp16,d64,noncausal,B1,H2,Hkv2,Sq64,Sk64,seed0]", "dq",
      "every element by a common factor"),
+    ("row_sum_not_rescaled", "flash_attention.fwd[fp16,d64,noncausal,B1,H2,Hkv2,Sq77,Sk133,seed0]", "out",
+     "each row scaled by its own factor"),
 ])
 def test_mutants_are_localized_to_their_natural_pattern(mutant, case_id, tensor, pattern):
     profile = backends.activate("interpreter")

@@ -98,10 +98,11 @@ def one_kv_group(found: Profiles, g: Geometry) -> Named:
 def all_but_first(found: Profiles, g: Geometry) -> Named:
     """Every batch (or head) but the first damaged: an offset dropped from a pointer."""
     for axis, word, count in ((1, "batch", g.batch), (0, "head", g.heads)):
+        words = "batches" if word == "batch" else "heads"
         shares = found.slices.sum(dim=axis)
         if count > 1 and float(shares[0]) <= CLEAN and bool((shares[1:] > CLEAN).all()):
             return (f"every {word} but the first",
-                    f"{word} 0 carries {float(shares[0]):.1%} of the excess, each of {word}s 1..{count - 1} some: "
+                    f"{word} 0 carries {float(shares[0]):.1%} of the excess, each of {words} 1..{count - 1} some: "
                     f"the first {word}'s offset (zero) is the only one right")
     return None
 
@@ -144,14 +145,28 @@ def first_rows(found: Profiles, g: Geometry) -> Named:
 def partial_last_keys(found: Profiles, g: Geometry) -> Named:
     if found.map is None or g.key_rows:
         return None
-    keys = found.map.sum(dim=0)
+    keys = found.map.sum(dim=0) if found.padding_keys is not None else found.map[:, :-1].sum(dim=0)
     for tile, what in _tiles(g, g.key_tile, g.seq_k):
         start = g.seq_k - g.seq_k % tile
         share = _share(keys[start // found.map_grid:])
         if g.seq_k % tile and share >= ONLY and tile >= found.map_grid:
+            padding = (f" and the padding after them (every damaged row as if {found.padding_keys:.0f} zero keys "
+                       "were visible)") if found.padding_keys is not None else ""
             return ("the last partial key block",
-                    f"{share:.0%} of the excess attributed to keys {start}..{g.seq_k - 1} and the padding after "
-                    f"them, the partial last block of {tile} ({what})")
+                    f"{share:.0%} of the excess attributed to keys {start}..{g.seq_k - 1}{padding}, the partial last "
+                    f"block of {tile} ({what})")
+    return None
+
+
+def row_scaling(found: Profiles, g: Geometry) -> Named:
+    """Each row of out scaled by a factor of its own that padding does not explain."""
+    if found.map is None or found.padding_keys is not None:
+        return None
+    share = float(found.map[:, -1].sum())
+    if share >= ONLY:
+        return ("each row scaled by its own factor",
+                f"{share:.0%} of the excess is along each row's own output (kernel row = c_i x reference row, "
+                "c_i varying): a row sum or normaliser wrong")
     return None
 
 
@@ -207,8 +222,10 @@ def dropout_rescale(found: Profiles, g: Geometry) -> Named:
 def common_factor(found: Profiles, g: Geometry) -> Named:
     if found.factor is None:
         return None
+    meaning = ("nothing of it was computed or accumulated" if abs(found.factor) < 0.05
+               else "a scale or a normalisation")
     return ("every element by a common factor",
-            f"kernel = {found.factor:.4g} x reference explains >= 90% of the squared error: a scale or a normalisation")
+            f"kernel = {found.factor:.4g} x reference explains >= 90% of the squared error: {meaning}")
 
 
 def every_row(found: Profiles, g: Geometry) -> Named:
@@ -229,7 +246,7 @@ def every_row(found: Profiles, g: Geometry) -> Named:
 CHECKS: tuple[Callable[[Profiles, Geometry], Named], ...] = (
     no_visible_key, one_element, head_dim_tail, kv_head_mapping, one_kv_group, all_but_first, one_slice,
     partial_last_rows, first_rows, partial_last_keys, first_keys, causal_band, dropout_rescale,
-    common_factor, every_row,
+    common_factor, row_scaling, every_row,
 )
 
 
@@ -256,7 +273,8 @@ PATTERN_CHECK = {
     "every head but the first": "all_but_first", "one (batch, head) slice": "one_slice",
     "the last partial query block": "partial_last_rows", "the last partial key block": "partial_last_rows",
     "the first query block only": "first_rows", "the first key block only": "first_rows",
-    "the causal diagonal band": "causal_band", "dropout-kept elements only": "dropout_rescale",
+    "the causal diagonal band": "causal_band", "each row scaled by its own factor": "row_scaling",
+    "dropout-kept elements only": "dropout_rescale",
     "every element by a common factor": "common_factor", "every row uniformly": "every_row",
 }
 

@@ -8,7 +8,10 @@ wrong -- a key a mask hides or lets in, a tile dropped -- moves the row along th
 for dv dO_i. So each row's error vector E is decomposed by matching pursuit over a
 dictionary of atoms: one per key (or per query of the group), one per block (the block's
 summed term: a whole tile wrong at once), and for out one for the zero padding of a
-tile-rounded load (k = v = 0: direction -out_i, what unmasked padding does). If at most
+tile-rounded load (k = v = 0: direction -out_i, what unmasked padding does). That atom
+is also what any per-row scaling of out does (a row sum or normaliser wrong), so a row
+taken by it is checked for padding's signature: n zero keys of weight exp(-lse_i) each
+scale row i by 1 / (1 + n exp(-lse_i)), the same n for every row (`padding_keys`). If at most
 ATOMS atoms explain >= 90% of |E|^2, the row's excess goes to their blocks by the energy
 each explained; otherwise the row is *diffuse* (a scale, a formula error: every term at
 once) and is spread over the blocks it sees by the size of their terms.
@@ -46,10 +49,13 @@ def grid_for(geometry: Geometry, grid: int) -> int:
     return min([grid, *tiles])
 
 
-def attribution_map(geometry: Geometry, inputs: dict, do, kernel, ref, over: torch.Tensor, grid: int) -> torch.Tensor:
+def attribution_map(geometry: Geometry, inputs: dict, do, kernel, ref, over: torch.Tensor,
+                    grid: int) -> tuple[torch.Tensor, float | None]:
     """(query blocks x key blocks + 1) excess, summed over slices, at `grid`; the last column
-    is out's tile padding beyond Sk (module doc). `over` is the per-element excess
-    (localization.excess); inputs the case's q, k, v; do the output gradient (backward)."""
+    is out's tile padding beyond Sk (module doc), and the number of zero keys whose padding
+    explains it (None when the rows it took are scaled inconsistently with padding). `over`
+    is the per-element excess (localization.excess); inputs the case's q, k, v; do the output
+    gradient (backward)."""
     from conformance.bundled.reference import REFERENCE, attention_forward
 
     q, k, v = (inputs[name].detach().to(over.device, torch.float64) for name in ("q", "k", "v"))
@@ -63,15 +69,37 @@ def attribution_map(geometry: Geometry, inputs: dict, do, kernel, ref, over: tor
     found = torch.zeros(-(-geometry.seq_q // grid), -(-geometry.seq_k // grid) + 1,
                         dtype=torch.float64, device=over.device)
     terms = _Terms(geometry, q, k, v, out, lse.to(torch.float64), do64, grid)
+    padding = []
     for start in range(0, picked.shape[0], CHUNK_ROWS):
         for (b, h), rows in _by_slice(picked[start:start + CHUNK_ROWS]).items():
             shares = terms.dictionary(b, h, rows).shares(error[b, h, rows])  # (rows, bins)
+            if geometry.name == "out":
+                taken = shares[:, -1] >= 0.5
+                padding.append(_zero_keys(error[b, h, rows][taken], out[b, h, rows][taken], lse[b, h, rows][taken]))
             weighted = shares * rows_excess[b, h, rows, None] * stride
             if geometry.key_rows:
                 found[:, :-1].index_add_(1, rows // grid, weighted.T)
             else:
                 found.index_add_(0, rows // grid, weighted)
-    return found
+    return found, _consistent(torch.cat(padding)) if padding else None
+
+
+def _zero_keys(error, out, lse) -> torch.Tensor:
+    """Per row, the n with out_kernel = out / (1 + n exp(-lse)): c = -<E, out>/|out|^2 is the
+    row's lost fraction n e / (1 + n e), so n = c / (e (1 - c))."""
+    lost = -(error * out).sum(-1) / (out * out).sum(-1).clamp_min(1e-300)
+    weight = torch.exp(-lse.to(torch.float64))
+    return lost / (weight * (1 - lost)).clamp_min(1e-300)
+
+
+def _consistent(zero_keys: torch.Tensor) -> float | None:
+    """The common n of the rows' estimates if at least 4 rows agree within 20% (and n is a
+    tile's padding, 0.5..512), else None: fewer rows cannot tell padding from a scaling."""
+    zero_keys = zero_keys[torch.isfinite(zero_keys)]
+    if zero_keys.numel() < 4:
+        return None
+    low, middle, high = torch.quantile(zero_keys, torch.tensor([0.1, 0.5, 0.9], dtype=zero_keys.dtype)).tolist()
+    return middle if 0.5 <= middle <= 512 and high - low <= 0.2 * middle else None
 
 
 def _by_slice(picked: torch.Tensor) -> dict:

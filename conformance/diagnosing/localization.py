@@ -45,6 +45,7 @@ class Profiles:
     # zero padding of a tile-rounded load beyond Sk
     map: torch.Tensor | None = None
     map_grid: int = GRID
+    padding_keys: float | None = None  # zero keys whose padding explains the last column, if any
 
 
 def excess(kernel: torch.Tensor, ref: torch.Tensor, allowance: float,
@@ -150,6 +151,8 @@ def record(found: Profiles, geometry: Geometry) -> dict:
         keys = found.map[:, :-1].sum(dim=0)
         where["key_blocks"] = {"grid": found.map_grid, "blocks": keys.numel(),
                                "with_excess": int((keys > 0).sum()), "top": _top(keys)}
-        where["padding_share"] = round(float(found.map[:, -1].sum()), 3)
+        where["row_scaling_share"] = round(float(found.map[:, -1].sum()), 3)
+        if found.padding_keys is not None:
+            where["padding_keys"] = round(found.padding_keys, 1)
         where["strip"] = {**strip(found.map[:, :-1]), "grid": found.map_grid}
     return where
