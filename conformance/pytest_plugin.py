@@ -18,8 +18,10 @@ or `conformance.suite` with --pyargs).  Then it
       pytest --conformance-tier smoke --pyargs conformance.suite     # the smoke tier alone
 
 The entry point is named after this module, so the entry point, `-p
-conformance.pytest_plugin`, the repository's conftest.py and `python -m conformance run`
-(which passes `-p` too) all name one plugin, which pytest registers once.
+conformance.pytest_plugin`, the repository's conftest.py and the catalog plugin (which
+lists this one in its `pytest_plugins`) all name one plugin, which pytest registers once.
+(PYTEST_DONT_REWRITE: this module asserts nothing, and is often imported before pytest
+could rewrite it.)
 """
 
 from __future__ import annotations

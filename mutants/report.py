@@ -72,9 +72,10 @@ LOCALIZED_HEADERS = ["mutant", "fault class", "pattern (tensor: from the largest
 
 
 def _largest_diagnosed(kills: list[dict]) -> dict:
-    """The kill whose case is largest among those localized: a pattern needs room to show
-    (at Sq = 2 every fault is in "the last rows")."""
-    diagnosed = [kill for kill in kills if kill.get("fault_pattern")] or kills
+    """The kill whose case is largest among those given a pattern: a pattern needs room to
+    show (at Sq = 2 every fault is in "the last rows")."""
+    diagnosed = [kill for kill in kills if kill.get("fault_pattern")
+                 and not kill["fault_pattern"].endswith("unclassified")] or kills
     return max(diagnosed, key=lambda kill: shrinking.cost(Case.from_id(kill["case"])))
 
 

@@ -6,7 +6,11 @@
 #
 # Steps: standard | mutants | long | flake | sdpa-flash | sdpa-cudnn | sdpa-efficient | sdpa-math |
 #        diagnose | flash-gqa-seeds | flake-SPEC (the standard flake set under --distribution SPEC) |
-#        scaled-S (the standard tier under --distribution scaled:S)
+#        scaled-S (the standard tier under --distribution scaled:S) |
+#        shards (the standard tier as 2 shards, one after the other, merged and diffed against
+#                the `standard` step's folder of an earlier call, which must be carried along) |
+#        flex (scripts/flex_standard.sh: the standard tier's flash cases against FlexAttention;
+#              resumes the run folder of an earlier call if it is carried along)
 # All steps run at once, as separate processes on the one GPU: verdicts do not depend on timing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +36,13 @@ from conformance.cases.tiers import cases
 standard = {case.id for case in cases('standard')}
 print('\n'.join(case.id for case in cases('full') if case.id not in standard))")
           step long python -m conformance run "${ids[@]/#/--case=}" --out "$RUNS/long" & pids+=($!) ;;
-    mutants) step mutants python -m mutants --tier standard --max-kills 3 --out "$RUNS/mutants" & pids+=($!) ;;
+    mutants) step mutants python -m mutants --tier standard --max-kills 3 --shrink 60 --out "$RUNS/mutants" & pids+=($!) ;;
+    shards) ( for k in 1 2; do
+                step "shard-$k-of-2" python -m conformance run --tier standard --shard "$k/2" --out "$RUNS/shards/shard-$k"
+              done
+              step shards-merged python -m conformance report "$RUNS/shards" --out "$RUNS/shards-merged"
+              step shards-diff python -m conformance diff "$RUNS/standard" "$RUNS/shards-merged" ) & pids+=($!) ;;
+    flex) step flex bash scripts/flex_standard.sh "$RUNS/peers" & pids+=($!) ;;
     flake) step flake python -m conformance flake --tier standard --seeds 20 --out "$RUNS/flake" & pids+=($!) ;;
     flake-*) spec=${name#flake-}; step "$name" python -m conformance flake --tier standard --seeds 20 \
               --distributions "$spec" --out "$RUNS/flake-scales" & pids+=($!) ;;

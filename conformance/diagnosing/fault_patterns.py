@@ -20,8 +20,8 @@ from conformance.diagnosing.localization import Profiles, binned
 # A region "holds" the excess when it carries at least this share of it; "clean" when at most.
 ONLY = 0.9
 CLEAN = 0.001
-# The causal band must be the minority of the visible cells, or every failure would lie in it.
-BAND_AT_MOST = 0.5
+# The causal band must be at most this share of its cells, or every failure would lie in it.
+BAND_AT_MOST = 0.6
 Named = Optional[tuple[str, str]]
 
 
@@ -114,19 +114,23 @@ def one_slice(found: Profiles, g: Geometry) -> Named:
     return None
 
 
-def _tiles(g: Geometry, tile: int | None, length: int) -> list[tuple[int, str]]:
-    """Block sizes a region is looked for at: the kernel's tile, then the fixed grid (finer
-    on a short axis), each only while a block is at most half the axis: a region that is
-    most of the axis says nothing."""
-    grid = pattern_grid(length)
-    named = ([(tile, "the kernel's tile")] if tile else []) + ([(grid, f"the {grid}-row grid")] if tile != grid else [])
-    return [(size, what) for size, what in named if 2 * size <= length]
+# Tile sizes tried, largest first, when the kernel's are not known: kernels tile by powers of two.
+GUESSED_TILES = (128, 64, 32, 16)
+
+
+def _tiles(tile: int | None) -> list[tuple[int, str]]:
+    """Block sizes a region is looked for at: the kernel's tile when known, else every
+    power-of-two tile a kernel might use (the largest that fits is named)."""
+    if tile:
+        return [(tile, "the kernel's tile")]
+    return [(size, f"a {size}-row tile") for size in GUESSED_TILES]
 
 
 def partial_last_rows(found: Profiles, g: Geometry) -> Named:
-    for tile, what in _tiles(g, g.row_tile, g.rows):
-        start = g.rows - g.rows % tile
-        if g.rows % tile and _share(found.rows[start:]) >= ONLY:
+    for tile, what in _tiles(g.row_tile):
+        tail = g.rows % tile
+        start = g.rows - tail
+        if tail and 2 * tail <= g.rows and _share(found.rows[start:]) >= ONLY:
             return (f"the last partial {_rows_word(g)} block",
                     f"{_share(found.rows[start:]):.0%} of the excess in {_rows_word(g)} rows {start}..{g.rows - 1}, "
                     f"the partial last block of {tile} ({what}) of {g.rows} rows")
@@ -134,8 +138,8 @@ def partial_last_rows(found: Profiles, g: Geometry) -> Named:
 
 
 def first_rows(found: Profiles, g: Geometry) -> Named:
-    for tile, what in _tiles(g, g.row_tile, g.rows):
-        if _share(found.rows[:tile]) >= ONLY:
+    for tile, what in _tiles(g.row_tile):
+        if 2 * tile <= g.rows and _share(found.rows[:tile]) >= ONLY:
             return (f"the first {_rows_word(g)} block only",
                     f"{_share(found.rows[:tile]):.0%} of the excess in {_rows_word(g)} rows 0..{tile - 1} "
                     f"({what}) of {g.rows}")
@@ -146,10 +150,11 @@ def partial_last_keys(found: Profiles, g: Geometry) -> Named:
     if found.map is None or g.key_rows:
         return None
     keys = found.map.sum(dim=0) if found.padding_keys is not None else found.map[:, :-1].sum(dim=0)
-    for tile, what in _tiles(g, g.key_tile, g.seq_k):
-        start = g.seq_k - g.seq_k % tile
+    for tile, what in _tiles(g.key_tile):
+        tail = g.seq_k % tile
+        start = g.seq_k - tail
         share = _share(keys[start // found.map_grid:])
-        if g.seq_k % tile and share >= ONLY and tile >= found.map_grid:
+        if tail and 2 * tail <= g.seq_k and tile >= found.map_grid and share >= ONLY:
             padding = (f" and the padding after them (every damaged row as if {found.padding_keys:.0f} zero keys "
                        "were visible)") if found.padding_keys is not None else ""
             return ("the last partial key block",
@@ -170,15 +175,24 @@ def row_scaling(found: Profiles, g: Geometry) -> Named:
     return None
 
 
-def first_keys(found: Profiles, g: Geometry) -> Named:
+def one_other_block(found: Profiles, g: Geometry) -> Named:
+    """One block of the other axis (a key block of every query row, or a query block of
+    every key row) holds the excess: a tile of the loop dropped or taken twice."""
     if found.map is None:
         return None
-    keys = found.map[:, :-1].sum(dim=0)
-    for tile, what in _tiles(g, g.key_tile, g.seq_k):
-        share = _share(keys[:max(1, tile // found.map_grid)])
+    other = found.map.sum(dim=1) if g.key_rows else found.map[:, :-1].sum(dim=0)
+    word, length = ("query", g.seq_q) if g.key_rows else ("key", g.seq_k)
+    for tile, what in _tiles(g.other_tile):
+        if tile < found.map_grid or 2 * tile > length:
+            continue
+        blocks = binned(other, tile // found.map_grid)
+        share, block = float(blocks.max()), int(blocks.argmax())
         if share >= ONLY:
-            return ("the first key block only",
-                    f"{share:.0%} of the excess attributed to keys 0..{tile - 1} ({what}) of {g.seq_k}")
+            which = "the first " if block == 0 else "the last " if (block + 1) * tile >= length else ""
+            return (f"one {word} block",
+                    f"{share:.0%} of the excess attributed to {which}{word}s {block * tile}.."
+                    f"{min(length, (block + 1) * tile) - 1} ({what}) of {length}, in the {_rows_word(g)} rows "
+                    "that carry it")
     return None
 
 
@@ -191,20 +205,24 @@ def causal_band(found: Profiles, g: Geometry) -> Named:
     if share >= ONLY - 0.1 and int(band.sum()) <= BAND_AT_MOST * int(visible.sum()):
         return ("the causal diagonal band",
                 f"{share:.0%} of the excess in the (query block, key block) cells the diagonal j = i + Sk - Sq "
-                f"crosses or borders ({int(band.sum())} of {int(visible.sum())} visible cells)")
+                f"crosses or borders ({int(band.sum())} of {int(visible.sum())} cells of visible or bordering keys)")
     return None
 
 
 def band_cells(shape, grid: int, tile: int, seq_q: int, seq_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(band, visible) masks over the map's cells: a key bin is in a query bin's band when it
-    lies in a key tile holding a diagonal key of the bin's rows, or the tile after it."""
+    """(band, cells) masks over the map's cells: a key bin is in a query bin's band when it
+    holds a diagonal key j = i + Sk - Sq of the bin's rows or lies in the `tile` keys after
+    them (where a tile-late mask lets future keys in); `cells` is the band and every visible
+    cell. Rows that see no key have no band."""
+    shift = seq_k - seq_q
     first_row = torch.arange(shape[0]) * grid
     last_row = (first_row + grid - 1).clamp_max(seq_q - 1)
     key_start = torch.arange(shape[1]) * grid
-    diagonal_lo = ((first_row + seq_k - seq_q).clamp_min(0) // tile) * tile
-    diagonal_hi = ((last_row + seq_k - seq_q).clamp_min(0) // tile + 2) * tile
-    band = (key_start[None, :] >= diagonal_lo[:, None]) & (key_start[None, :] < diagonal_hi[:, None])
-    visible = key_start[None, :] <= (last_row + seq_k - seq_q)[:, None]
+    diagonal_lo = ((first_row + shift).clamp_min(0) // grid) * grid
+    diagonal_hi = ((last_row + shift) // grid + 1) * grid + tile
+    band = ((key_start[None, :] >= diagonal_lo[:, None]) & (key_start[None, :] < diagonal_hi[:, None])
+            & (last_row + shift >= 0)[:, None])
+    visible = key_start[None, :] <= (last_row + shift)[:, None]
     return band, visible | band
 
 
@@ -245,7 +263,7 @@ def every_row(found: Profiles, g: Geometry) -> Named:
 
 CHECKS: tuple[Callable[[Profiles, Geometry], Named], ...] = (
     no_visible_key, one_element, head_dim_tail, kv_head_mapping, one_kv_group, all_but_first, one_slice,
-    partial_last_rows, first_rows, partial_last_keys, first_keys, causal_band, dropout_rescale,
+    causal_band, partial_last_rows, first_rows, partial_last_keys, one_other_block, dropout_rescale,
     common_factor, row_scaling, every_row,
 )
 
@@ -273,6 +291,7 @@ PATTERN_CHECK = {
     "every head but the first": "all_but_first", "one (batch, head) slice": "one_slice",
     "the last partial query block": "partial_last_rows", "the last partial key block": "partial_last_rows",
     "the first query block only": "first_rows", "the first key block only": "first_rows",
+    "one query block": "one_other_block", "one key block": "one_other_block",
     "the causal diagonal band": "causal_band", "each row scaled by its own factor": "row_scaling",
     "dropout-kept elements only": "dropout_rescale",
     "every element by a common factor": "common_factor", "every row uniformly": "every_row",

@@ -3,6 +3,7 @@ pytest with the plugin, and turn the recorded verdicts into an exit code."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -65,8 +66,15 @@ def command_list(args) -> int:
 
 
 def pytest_arguments(args, out_dir: Path, profile) -> list[str]:
-    """The in-process pytest command line that runs what `args` asks for."""
-    return [str(SUITE_PATH), "-p", "conformance.running.plugin", "-p", "no:cacheprovider", "-v",
+    """The in-process pytest command line that runs what `args` asks for.
+
+    A pytest of its own, whatever directory the command runs in: no configuration file
+    (`-c` the null device: another repository's addopts or filterwarnings would change
+    how cases run) and no conftest.py above the harness's folder (which would import
+    that repository's code into the run)."""
+    harness = SUITE_PATH.parent
+    return [str(SUITE_PATH), "-c", os.devnull, "--rootdir", str(harness.parent), "--confcutdir", str(harness),
+            "-p", "conformance.running.plugin", "-p", "no:cacheprovider", "-v",
             "--conformance-out", str(out_dir), *run_options.plugin_arguments(args, profile)]
 
 

@@ -37,6 +37,7 @@ from conformance.running import capabilities as declared_capabilities
 BUNDLED_PACKAGE = "conformance.bundled.kernels"  # where the bundled operators are imported from
 BUNDLED_LABEL = "kernels"  # their name in results lines, env.json and known issues (`kernels:<op>`)
 BUNDLED_MODULE = BUNDLED_LABEL  # the label's former name, still read by conformance.reporting.summary
+MUTANTS_REGISTRY = "conformance.bundled.mutants.registry"  # the mutants' --kernel targets
 # Built-in adapters of peers: `--kernel op=NAME:VARIANT` (or `op=NAME`, no variant) -> the module
 # providing adapter(op, VARIANT) (VARIANT "" for none).
 BUILTIN_ADAPTERS = {"sdpa": "conformance.peers.sdpa", "flex": "conformance.peers.flex"}
@@ -106,6 +107,11 @@ class Implementations:
 
     def is_bundled(self, op: str) -> bool:
         return op not in self.overrides
+
+    def uses_bundled_tables(self, op: str) -> bool:
+        """Whether `op` launches with the bundled kernels' launch tables (kernels.tuning):
+        the bundled kernels and the mutants, which are those kernels with one edit."""
+        return self.is_bundled(op) or self.name(op).startswith(f"{MUTANTS_REGISTRY}:")
 
     def is_builtin_adapter(self, op: str) -> bool:
         """Whether `op` runs a built-in peer adapter (`sdpa:...`, `flex`), which may refuse a case."""

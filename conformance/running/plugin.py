@@ -2,7 +2,8 @@
 
 Registered by conformance.pytest_plugin when a run asks for the catalog (that light
 entry point declares the `--conformance-*` options this plugin reads), by the
-repository's root conftest.py for the harness's own tests, and with `-p` by the CLI.
+repository's root conftest.py for the harness's own tests, and with `-p` by the CLI
+(which has imported it already: PYTEST_DONT_REWRITE, it has no asserts to rewrite).
 
 * `pytest_configure` activates the backend profile first -- before anything can
   import the kernels (the interpreter needs TRITON_INTERPRET=1 set early).

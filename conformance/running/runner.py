@@ -188,7 +188,7 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
                               delta_noise=noise.stored_output.get(name, 0.0) if noise else 0.0,
                               accumulator_noise=noise.accumulator.get(name, 0.0) if noise else 0.0)
                for name, ref in paths.reference.items()]
-    _diagnose(case, tensors, kernel, paths, inputs, implementations.is_bundled(case.op))
+    _diagnose(case, tensors, kernel, paths, inputs, implementations.uses_bundled_tables(case.op))
     verdict, reason = _rule_verdict(tensors)
     extra = {"dropout_keep_rate": replay.keep_rate()} if replay is not None else {}
     if replay is not None and verdict == verdicts.PASS and replay.rate_problem():
