@@ -190,28 +190,31 @@ def one_other_block(found: Profiles, g: Geometry) -> Named:
         if share >= ONLY:
             which = "the first " if block == 0 else "the last " if (block + 1) * tile >= length else ""
             return (f"one {word} block",
-                    f"{share:.0%} of the excess attributed to {which}{word}s {block * tile}.."
+                    f"{share:.0%} of the excess attributed to {which}{'queries' if g.key_rows else 'keys'} {block * tile}.."
                     f"{min(length, (block + 1) * tile) - 1} ({what}) of {length}, in the {_rows_word(g)} rows "
                     "that carry it")
     return None
 
 
 def causal_band(found: Profiles, g: Geometry) -> Named:
+    """The cells the diagonal crosses (a mask off by one), or those and the key tile after
+    them (a mask a tile late), hold the excess while being a minority of the cells."""
     if found.map is None or not g.causal:
         return None
     keys = found.map[:, :-1]
-    band, visible = band_cells(keys.shape, found.map_grid, g.key_tile or found.map_grid, g.seq_q, g.seq_k)
-    share = _share(keys[band])
-    if share >= ONLY - 0.1 and int(band.sum()) <= BAND_AT_MOST * int(visible.sum()):
-        return ("the causal diagonal band",
-                f"{share:.0%} of the excess in the (query block, key block) cells the diagonal j = i + Sk - Sq "
-                f"crosses or borders ({int(band.sum())} of {int(visible.sum())} cells of visible or bordering keys)")
+    for after, what in ((0, "crosses"), (g.key_tile or found.map_grid, "crosses or the key tile after")):
+        band, cells = band_cells(keys.shape, found.map_grid, after, g.seq_q, g.seq_k)
+        share = _share(keys[band])
+        if share >= ONLY - 0.1 and int(band.sum()) <= BAND_AT_MOST * int(cells.sum()):
+            return ("the causal diagonal band",
+                    f"{share:.0%} of the excess in the (query block, key block) cells the diagonal j = i + Sk - Sq "
+                    f"{what} ({int(band.sum())} of {int(cells.sum())} cells of visible or bordering keys)")
     return None
 
 
-def band_cells(shape, grid: int, tile: int, seq_q: int, seq_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def band_cells(shape, grid: int, after: int, seq_q: int, seq_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(band, cells) masks over the map's cells: a key bin is in a query bin's band when it
-    holds a diagonal key j = i + Sk - Sq of the bin's rows or lies in the `tile` keys after
+    holds a diagonal key j = i + Sk - Sq of the bin's rows or lies in the `after` keys past
     them (where a tile-late mask lets future keys in); `cells` is the band and every visible
     cell. Rows that see no key have no band."""
     shift = seq_k - seq_q
@@ -219,7 +222,7 @@ def band_cells(shape, grid: int, tile: int, seq_q: int, seq_k: int) -> tuple[tor
     last_row = (first_row + grid - 1).clamp_max(seq_q - 1)
     key_start = torch.arange(shape[1]) * grid
     diagonal_lo = ((first_row + shift).clamp_min(0) // grid) * grid
-    diagonal_hi = ((last_row + shift) // grid + 1) * grid + tile
+    diagonal_hi = ((last_row + shift) // grid + 1) * grid + after
     band = ((key_start[None, :] >= diagonal_lo[:, None]) & (key_start[None, :] < diagonal_hi[:, None])
             & (last_row + shift >= 0)[:, None])
     visible = key_start[None, :] <= (last_row + shift)[:, None]
