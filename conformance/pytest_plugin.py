@@ -11,11 +11,13 @@ or `conformance.suite` with --pyargs).  Then it
   (conformance.dependencies), instead of an ImportError traceback;
 * registers the catalog plugin (conformance.running.plugin: backend activation, one
   test item per selected case, the results folder and its report);
-* adds the catalog file to the session's arguments if none names it, so the catalog
-  runs next to whatever else was asked for:
+* if no argument names the catalog file, has that plugin add the catalog to the
+  session's collectors (ADD_CATALOG), so the catalog runs next to whatever else was
+  asked for -- not by adding the file to the arguments: an installed harness often
+  sits in the repository's own `.venv/`, where pytest collects nothing:
 
-      pytest --conformance-tier smoke                                # your tests, then the smoke tier
-      pytest --conformance-tier smoke --pyargs conformance.suite     # the smoke tier alone
+      pytest --conformance-tier smoke                    # your tests, then the smoke tier
+      pytest --conformance-tier smoke -m conformance     # the smoke tier alone
 
 The entry point is named after this module, so the entry point, `-p
 conformance.pytest_plugin`, the repository's conftest.py and the catalog plugin (which
@@ -33,6 +35,7 @@ import pytest
 from conformance import dependencies
 
 CATALOG_PLUGIN = "conformance.running.plugin"
+ADD_CATALOG = pytest.StashKey[bool]()  # the catalog plugin adds the catalog to the session's collectors
 SUITE_FILE = Path(__file__).resolve().with_name("suite.py")
 SUITE_MODULE = "conformance.suite"
 SWITCHES = {"on": True, "off": False, "auto": None}  # auto: on for GPU profiles
@@ -49,7 +52,8 @@ OPTIONS = (
                                    help="backend profile, e.g. interpreter or cuda:sm_90 (default: detected)")),
     ("--conformance-kernel", dict(action="append", default=[], metavar="OP=MOD:FN",
                                   help="judge this implementation of OP instead of the bundled kernel")),
-    ("--conformance-op", dict(action="append", default=[], metavar="OP", help="only this operator's cases (repeatable)")),
+    ("--conformance-op", dict(action="append", default=[], metavar="OP",
+                              help="only this operator's cases (repeatable)")),
     ("--conformance-capabilities", dict(default=None, metavar="FILE",
                                         help="TOML file declaring what the judged implementations support")),
     ("--conformance-dropout-mask", dict(action="append", default=[], metavar="[OP=]MOD:FN",
@@ -58,7 +62,8 @@ OPTIONS = (
                                  help="only the K-th of N cost-balanced parts of the selected cases")),
     ("--conformance-config", dict(default=None, metavar="KERNEL:CFG",
                                   help="the selected cases with this launch configuration of one bundled kernel")),
-    ("--conformance-seeds", dict(type=int, default=None, metavar="N", help="run every selected case under seeds 0..N-1")),
+    ("--conformance-seeds", dict(type=int, default=None, metavar="N",
+                                 help="run every selected case under seeds 0..N-1")),
     ("--conformance-distribution", dict(default=None, metavar="SPEC", help="input value distribution, e.g. "
                                         "logits:1e4 (conformance/cases/distributions.py)")),
     ("--conformance-resume", dict(default=None, metavar="DIR", help="continue the run in DIR with its own "
@@ -102,6 +107,5 @@ def pytest_configure(config):
     refusal = dependencies.refusal("run")
     if refusal:
         raise pytest.UsageError(f"conformance: {refusal}")
-    if not any(names_suite(str(arg)) for arg in config.args):
-        config.args.append(str(SUITE_FILE))
+    config.stash[ADD_CATALOG] = not any(names_suite(str(arg)) for arg in config.args)
     config.pluginmanager.import_plugin(CATALOG_PLUGIN)

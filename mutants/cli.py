@@ -52,7 +52,8 @@ def _mutant_names(requested: list[str]) -> list[str]:
             raise ValueError(f"argument --mutant: unknown mutant {name!r} (known: {', '.join(BY_NAME)})")
         if not BY_NAME[name].counted:
             raise ValueError(f"argument --mutant: {name!r} is a robustness fixture, not hunted; judge it with "
-                             f"python -m conformance run --kernel flash_attention=mutants.registry:flash_attention_{name}")
+                             f"python -m conformance run --kernel "
+                             f"flash_attention=conformance.bundled.mutants.registry:flash_attention_{name}")
     return list(dict.fromkeys(requested)) or [mutant.name for mutant in COUNTED]
 
 

@@ -21,7 +21,8 @@ crash=(); for case in 'fwd[fp16,d64,causal,B2,H8,Hkv2,Sq64,Sk1,seed0]' 'fwd[fp16
     'bwd[fp16,d64,causal,B2,H8,Hkv2,Sq64,Sk1,seed0]' 'bwd[fp16,d64,causal,B2,H8,Hkv2,Sq128,Sk128,seed0]' \
     'fwd[fp16,d128,noncausal,B2,H8,Hkv8,Sq128,Sk128,seed0]' 'bwd[fp16,d128,noncausal,B2,H8,Hkv8,Sq128,Sk128,seed0]'; do
   crash+=(--case "flash_attention.$case"); done
-timed crash-x$GPUS 120 -n "$GPUS" --case-timeout 60 --kernel flash_attention=mutants.registry:flash_attention_crash "${crash[@]}"
+timed crash-x$GPUS 120 -n "$GPUS" --case-timeout 60 \
+    --kernel flash_attention=conformance.bundled.mutants.registry:flash_attention_crash "${crash[@]}"
 python - "$RUNS" <<'PY'
 import collections, json, pathlib, sys
 for run in sorted(p for p in pathlib.Path(sys.argv[1]).iterdir() if (p / "results.jsonl").exists()):

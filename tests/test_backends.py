@@ -187,8 +187,9 @@ def test_an_absent_backend_stops_every_command_before_anything_runs(monkeypatch,
     assert len(capsys.readouterr().out.splitlines()) > 78
 
 
-def test_the_interpreter_is_a_backend_on_a_gpu_machine_too(gpu, tmp_path):
+def test_the_interpreter_is_a_backend_on_a_gpu_machine_too(gpu, tmp_path, monkeypatch):
     gpu(capability=(9, 0))
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # activating the interpreter sets it: undone after the test
     from conformance.cli import main
 
     out = tmp_path / "run"

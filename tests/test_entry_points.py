@@ -21,6 +21,7 @@ from conformance.running.results import read_results
 
 REPO = Path(__file__).resolve().parent.parent
 CASE = "flash_attention.fwd[fp16,d16,noncausal,B1,H2,Hkv2,Sq128,Sk128,seed0]"
+NAN_CASE = "flash_attention.fwd[fp16,d32,noncausal,B1,H2,Hkv1,Sq64,Sk96,nan,seed0]"
 # a GPU key that names no device of this machine, whatever it has
 ABSENT_BACKEND = "cuda:sm_90" if torch.version.hip else "hip:gfx942"
 
@@ -69,23 +70,39 @@ def _unrelated_project(tmp_path: Path) -> Path:
 
 
 def test_the_entry_point_leaves_other_test_suites_alone(tmp_path):
+    """Alone (no other plugin autoloaded, any of which may import numpy), so that what the
+    project's test finds in sys.modules is what this plugin imported."""
     project = _unrelated_project(tmp_path)
-    done = _pytest(project, "-q")
+    done = _pytest(project, "-q", env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "1 passed" in done.stdout and "conformance" not in done.stdout
     assert not (project / "reports").exists()  # no run folder either
 
 
 def test_the_catalog_runs_next_to_a_projects_tests_when_asked(tmp_path):
+    """Under the project's own configuration, whose warning filters do not reach the cases
+    (the interpreter warns about the NaN case's NaNs: with `error`, it would be an error)."""
     project = _unrelated_project(tmp_path)
     (project / "test_theirs.py").write_text("def test_theirs():\n    pass\n")
+    (project / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
     out = tmp_path / "run"
-    done = _pytest(project, "-v", "--conformance-case", CASE, "--conformance-out", str(out))
+    done = _pytest(project, "-v", "--conformance-case", CASE, "--conformance-case", NAN_CASE,
+                   "--conformance-out", str(out))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "test_theirs.py::test_theirs PASSED" in done.stdout
     assert f"conformance/suite.py::{CASE} pass" in done.stdout
-    (line,) = [line for line in read_results(out) if line.get("kind") != "probe"]
-    assert (line["case"], line["verdict"], line["implementation"]) == (CASE, "pass", "kernels:flash_attention")
+    lines = [line for line in read_results(out) if line.get("kind") != "probe"]
+    assert [(line["case"], line["verdict"], line["implementation"]) for line in lines] == [
+        (CASE, "pass", "kernels:flash_attention"), (NAN_CASE, "pass", "kernels:flash_attention")]
+
+
+def test_the_catalog_alone_by_its_module_name(tmp_path):
+    out = tmp_path / "run"
+    done = _pytest(_unrelated_project(tmp_path), "-v", "--pyargs", "conformance.suite", "--conformance-case", CASE,
+                   "--conformance-out", str(out))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "test_theirs" not in done.stdout and "1 passed" in done.stdout
+    assert [line["case"] for line in read_results(out) if line.get("kind") != "probe"] == [CASE]
 
 
 def test_the_plugin_refuses_an_absent_backend_in_one_line(tmp_path):

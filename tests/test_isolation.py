@@ -104,8 +104,8 @@ def test_the_robustness_mutants_cost_one_case(tmp_path, mutant, case_id, reason)
     the worker where it died or hung; the next case passes in a fresh worker."""
     neighbour = "flash_attention.fwd[fp16,d16,causal,B1,H2,Hkv2,Sq128,Sk128,seed0]"
     out = tmp_path / "run"
-    code = main(["run", "--out", str(out), "--isolate", "--case-timeout", "8", "--case", case_id,
-                 "--case", neighbour, "--kernel", f"flash_attention=mutants.registry:flash_attention_{mutant}"])
+    code = main(["run", "--out", str(out), "--isolate", "--case-timeout", "8", "--case", case_id, "--case", neighbour,
+                 "--kernel", f"flash_attention=conformance.bundled.mutants.registry:flash_attention_{mutant}"])
     lines = case_lines(out)
     assert code == 1
     assert verdicts_by_case(lines) == {case_id: "error", neighbour: "pass"}

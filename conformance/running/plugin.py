@@ -32,7 +32,7 @@ import pytest
 
 from conformance import backends
 from conformance.cases.catalog import Case
-from conformance.pytest_plugin import SWITCHES
+from conformance.pytest_plugin import ADD_CATALOG, SWITCHES
 from conformance.cases.distributions import parse_optional
 from conformance.running.selection import recorded_ids, recorded_lines, resumed_env, resumed_selection, selected_cases
 from conformance.judging import verdicts
@@ -50,6 +50,7 @@ from conformance.running.run_options import SELECTION_ARGUMENTS
 from conformance.running.runner import base_line, distribution_args, run_case
 
 SUITE_PATH = Path(__file__).resolve().parent.parent / "suite.py"
+SUITE_NODEID = f"{SUITE_PATH.parent.name}/{SUITE_PATH.name}"  # conformance/suite.py, wherever it is installed
 RESULT_PROPERTY = "conformance_result"
 pytest_plugins = ["conformance.pytest_plugin"]  # the options, wherever this plugin is registered from
 
@@ -203,8 +204,19 @@ def pytest_pycollect_makemodule(module_path, parent):
         path.relative_to(parent.config.rootpath)
         nodeid = None  # pytest's own: the path relative to the run's root
     except ValueError:  # an installed harness run from another repository: pytest would name it ""
-        nodeid = f"{SUITE_PATH.parent.name}/{SUITE_PATH.name}"
+        nodeid = SUITE_NODEID
     return CatalogFile.from_parent(parent, path=path, nodeid=nodeid)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """The catalog as one more collector of the session when no argument names its file
+    (conformance.pytest_plugin decides): pytest would not find it by path inside a
+    virtualenv, where an installed harness often is."""
+    report = yield
+    if isinstance(collector, pytest.Session) and report.passed and collector.config.stash.get(ADD_CATALOG, False):
+        report.result.append(CatalogFile.from_parent(collector, path=SUITE_PATH, nodeid=SUITE_NODEID))
+    return report
 
 
 class CatalogFile(pytest.File):
@@ -226,6 +238,9 @@ class CaseItem(pytest.Item):
         super().__init__(**kwargs)
         self.case = case
         self.add_marker("conformance")
+        # The rule judges the case, not the warnings on the way (the interpreter warns about
+        # NaN inputs): a project's `filterwarnings = error` must not turn them into errors.
+        self.add_marker(pytest.mark.filterwarnings("default"))
 
     def runtest(self):
         state = self.config.stash[_STATE]
