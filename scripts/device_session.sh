@@ -10,7 +10,10 @@
 #        shards (the standard tier as 2 shards, one after the other, merged and diffed against
 #                the `standard` step's folder of an earlier call, which must be carried along) |
 #        flex (scripts/flex_standard.sh: the standard tier's flash cases against FlexAttention;
-#              resumes the run folder of an earlier call if it is carried along)
+#              resumes the run folder of an earlier call if it is carried along) |
+#        flex-known (the flex cases that met its known issues flex-*, run again under them) |
+#        mutants-smoke (the kill table from the smoke tier, localized, kills shrunk 30 s each)
+# `shards` runs alone first; the steps after it in the list start when it is done.
 # All steps run at once, as separate processes on the one GPU: verdicts do not depend on timing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,8 +44,18 @@ print('\n'.join(case.id for case in cases('full') if case.id not in standard))")
                 step "shard-$k-of-2" python -m conformance run --tier standard --shard "$k/2" --out "$RUNS/shards/shard-$k"
               done
               step shards-merged python -m conformance report "$RUNS/shards" --out "$RUNS/shards-merged"
-              step shards-diff python -m conformance diff "$RUNS/standard" "$RUNS/shards-merged" ) & pids+=($!) ;;
+              step shards-diff python -m conformance diff "$RUNS/standard" "$RUNS/shards-merged" )
+            ;;  # alone: the shards' wall times are the balance
     flex) step flex bash scripts/flex_standard.sh "$RUNS/peers" & pids+=($!) ;;
+    flex-known) step flex-known python -m conformance run --kernel flash_attention=flex --out "$RUNS/peers/flex-known" \
+              --case 'flash_attention.fwd[fp16,d64,causal,B2,H8,Hkv2,Sq64,Sk1,seed0]' \
+              --case 'flash_attention.bwd[fp16,d64,causal,B2,H8,Hkv2,Sq64,Sk1,seed0]' \
+              --case 'flash_attention.fwd[bf16,d64,causal,B2,H8,Hkv2,Sq64,Sk1,seed0]' \
+              --case 'flash_attention.bwd[bf16,d64,causal,B2,H8,Hkv2,Sq64,Sk1,seed0]' \
+              --case 'flash_attention.fwd[fp16,d16,noncausal,B35,H2048,Hkv2048,Sq16,Sk16,seed0]' \
+              --case 'flash_attention.bwd[fp16,d16,noncausal,B35,H2048,Hkv2048,Sq16,Sk16,seed0]' & pids+=($!) ;;
+    mutants-smoke) step mutants-smoke python -m mutants --tier smoke --max-kills 3 --shrink 30 \
+              --out "$RUNS/mutants-smoke" & pids+=($!) ;;
     flake) step flake python -m conformance flake --tier standard --seeds 20 --out "$RUNS/flake" & pids+=($!) ;;
     flake-*) spec=${name#flake-}; step "$name" python -m conformance flake --tier standard --seeds 20 \
               --distributions "$spec" --out "$RUNS/flake-scales" & pids+=($!) ;;

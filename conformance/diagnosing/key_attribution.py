@@ -98,7 +98,7 @@ def _consistent(zero_keys: torch.Tensor) -> float | None:
     zero_keys = zero_keys[torch.isfinite(zero_keys)]
     if zero_keys.numel() < 4:
         return None
-    low, middle, high = torch.quantile(zero_keys, torch.tensor([0.1, 0.5, 0.9], dtype=zero_keys.dtype)).tolist()
+    low, middle, high = torch.quantile(zero_keys.cpu(), torch.tensor([0.1, 0.5, 0.9], dtype=zero_keys.dtype)).tolist()
     return middle if 0.5 <= middle <= 512 and high - low <= 0.2 * middle else None
 
 
