@@ -49,8 +49,11 @@ def test_every_missing_dependency_is_named_and_reading_a_run_needs_no_triton(mon
 
 
 def _pytest(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    env.pop("TRITON_INTERPRET", None)
+    # A fresh session, as a user's: not one of this run's xdist workers (plugins such as
+    # pytest-benchmark read PYTEST_XDIST_WORKER and warn, an error under `filterwarnings = error`).
+    inherited = {key: value for key, value in os.environ.items()
+                 if not key.startswith("PYTEST_XDIST_") and key not in ("TRITON_INTERPRET", "PYTEST_ADDOPTS")}
+    env = {**inherited, "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "conformance.pytest_plugin", "-p", "no:cacheprovider",
                            *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
