@@ -193,6 +193,11 @@ def test_shrink_command_refuses_an_unknown_id_and_a_passing_case(capsys):
      "every element by a common factor"),
     ("row_sum_not_rescaled", "flash_attention.fwd[fp16,d64,noncausal,B1,H2,Hkv2,Sq77,Sk133,seed0]", "out",
      "each row scaled by its own factor"),
+    # Faults of a tile need room to show: at 512 rows (the smoke tier's kills are 64..130)
+    ("causal_band_one_block_late", "flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq512,Sk512,seed0]", "out",
+     "the causal diagonal band"),
+    ("dkdv_block_lost", "flash_attention.bwd[fp16,d64,noncausal,B1,H2,Hkv2,Sq512,Sk512,seed0]", "dk",
+     "one query block"),
 ])
 def test_mutants_are_localized_to_their_natural_pattern(mutant, case_id, tensor, pattern):
     profile = backends.activate("interpreter")
