@@ -207,3 +207,13 @@ def test_mutants_are_localized_to_their_natural_pattern(mutant, case_id, tensor,
     where = next(t["where"] for t in line["tensors"] if t["name"] == tensor)
     assert where["rows"]["grid"] == 64 and where["slices"]["of"] == Case.from_id(case_id).batch * \
         Case.from_id(case_id).heads
+
+
+def test_the_other_axis_is_recorded_at_the_kernels_tile_too():
+    profile = backends.activate("interpreter")
+    case = Case.from_id("flash_attention.bwd[fp16,d64,noncausal,B1,H2,Hkv2,Sq512,Sk512,seed0]")
+    line = run_case(case, profile, Implementations.from_specs(kernel_specs("dkdv_block_lost")))
+    where = next(t["where"] for t in line["tensors"] if t["name"] == "dk")
+    at_tile = where["query_blocks_at_tile"]
+    assert at_tile["grid"] == where["rows_at_tile"]["grid"] == 64  # the interpreter table's dK/dV tiles
+    assert at_tile["top"][0] == [0, 1.0]  # the dK/dV loop's first query tile, lost

@@ -131,6 +131,11 @@ def strip(shares: torch.Tensor) -> dict:
             "shares": [[round(float(x), 3) for x in row] for row in small]}
 
 
+def _map_axis(shares: torch.Tensor, grid: int, bins_per_block: int) -> dict:
+    blocks = binned(shares, bins_per_block)
+    return {"grid": grid, "blocks": blocks.numel(), "with_excess": int((blocks > 0).sum()), "top": _top(blocks)}
+
+
 def record(found: Profiles, geometry: Geometry) -> dict:
     """The JSON-able `where` object of a results line (without the pattern)."""
     where = {
@@ -148,9 +153,11 @@ def record(found: Profiles, geometry: Geometry) -> dict:
     if found.factor is not None:
         where["common_factor"] = float(f"{found.factor:.4g}")
     if found.map is not None:
-        keys = found.map[:, :-1].sum(dim=0)
-        where["key_blocks"] = {"grid": found.map_grid, "blocks": keys.numel(),
-                               "with_excess": int((keys > 0).sum()), "top": _top(keys)}
+        for axis, shares, tile in (("key", found.map[:, :-1].sum(dim=0), geometry.key_tile),
+                                   ("query", found.map.sum(dim=1), geometry.query_tile)):
+            where[f"{axis}_blocks"] = _map_axis(shares, found.map_grid, 1)
+            if tile and tile % found.map_grid == 0:
+                where[f"{axis}_blocks_at_tile"] = _map_axis(shares, tile, tile // found.map_grid)
         where["row_scaling_share"] = round(float(found.map[:, -1].sum()), 3)
         if found.padding_keys is not None:
             where["padding_keys"] = round(found.padding_keys, 1)

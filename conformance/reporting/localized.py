@@ -54,6 +54,10 @@ def where_lines(line: dict) -> list[str]:
                    _top(where.get("rows"), f"{where.get('row_axis', 'query')}-row block"),
                    _top(where.get("rows_at_tile"), "kernel-tile block"),
                    _top(where.get("key_blocks"), "key block"),
+                   _top(where.get("key_blocks_at_tile"), "kernel-tile key block"),
+                   _top(where.get("query_blocks"), "query block") if where.get("row_axis") == "key" else "",
+                   _top(where.get("query_blocks_at_tile"), "kernel-tile query block")
+                   if where.get("row_axis") == "key" else "",
                    _top(where.get("columns"), "column", False)]
         out += [f"    {region}" for region in regions if region]
     shrunk = line.get("shrunk")
