@@ -217,3 +217,18 @@ def test_the_other_axis_is_recorded_at_the_kernels_tile_too():
     at_tile = where["query_blocks_at_tile"]
     assert at_tile["grid"] == where["rows_at_tile"]["grid"] == 64  # the interpreter table's dK/dV tiles
     assert at_tile["top"][0] == [0, 1.0]  # the dK/dV loop's first query tile, lost
+
+
+def test_profiles_do_not_depend_on_how_the_slices_are_chunked(monkeypatch):
+    from conformance.diagnosing import localization
+
+    generator = torch.Generator().manual_seed(3)
+    ref = torch.randn(2, 3, 50, 16, generator=generator, dtype=torch.float64)
+    kernel = ref + 0.01 * torch.randn(2, 3, 50, 16, generator=generator, dtype=torch.float64)
+    kernel[1, 2, 7, 3] = math.nan
+    whole = localization.profiles(kernel, ref, 1e-3)
+    monkeypatch.setattr(localization, "CHUNK_ELEMENTS", 50 * 16)  # one slice at a time
+    sliced = localization.profiles(kernel, ref, 1e-3)
+    for name in ("slices", "rows", "columns"):
+        assert torch.allclose(getattr(whole, name), getattr(sliced, name), rtol=0, atol=0.02), name
+    assert (whole.offending, whole.nonfinite, whole.factor) == (sliced.offending, sliced.nonfinite, sliced.factor)

@@ -34,8 +34,8 @@ def where(case: Case, tensor: dict, kernel, ref, inputs: dict, do, exclude=None,
     found = localization.profiles(kernel, ref, allowance, exclude)
     if key_attribution.attributable(shape, bool(case.dropout), case.bad_input is not None):
         grid = key_attribution.grid_for(shape, pattern_grid(max(case.seq_q, case.seq_k)))
-        over = localization.excess(kernel, ref, allowance, exclude)
-        attributed, found.padding_keys = key_attribution.attribution_map(shape, inputs, do, kernel, ref, over, grid)
+        attributed, found.padding_keys = key_attribution.attribution_map(shape, inputs, do, kernel, ref,
+                                                                         found.row_excess, grid)
         found.map, found.map_grid = (attributed / max(found.total, 1e-300)).cpu(), grid
     pattern, evidence = fault_patterns.name(found, shape)
     return {"pattern": pattern, "evidence": evidence, **localization.record(found, shape)}

@@ -49,33 +49,35 @@ def grid_for(geometry: Geometry, grid: int) -> int:
     return min([grid, *tiles])
 
 
-def attribution_map(geometry: Geometry, inputs: dict, do, kernel, ref, over: torch.Tensor,
+def attribution_map(geometry: Geometry, inputs: dict, do, kernel, ref, rows_excess: torch.Tensor,
                     grid: int) -> tuple[torch.Tensor, float | None]:
     """(query blocks x key blocks + 1) excess, summed over slices, at `grid`; the last column
     is out's tile padding beyond Sk (module doc), and the number of zero keys whose padding
-    explains it (None when the rows it took are scaled inconsistently with padding). `over`
-    is the per-element excess (localization.excess); inputs the case's q, k, v; do the output
-    gradient (backward)."""
+    explains it (None when the rows it took are scaled inconsistently with padding).
+    `rows_excess` is each row's excess, (batch, heads, rows) (localization.Profiles.row_excess);
+    inputs the case's q, k, v; do the output gradient (backward). Only the rows with excess
+    are read, CHUNK_ROWS at a time."""
     from conformance.bundled.reference import REFERENCE, attention_forward
 
-    q, k, v = (inputs[name].detach().to(over.device, torch.float64) for name in ("q", "k", "v"))
-    do64 = do.detach().to(over.device, torch.float64) if do is not None else None
+    device = rows_excess.device
+    q, k, v = (inputs[name].detach().to(device, torch.float64) for name in ("q", "k", "v"))
+    do64 = do.detach().to(device, torch.float64) if do is not None else None
     out, lse = attention_forward(q, k, v, causal=geometry.causal, precision=REFERENCE)
-    error = kernel.detach().to(over.device, torch.float64) - ref.detach().to(torch.float64)
-    rows_excess = over.sum(dim=-1)                                     # (B, Hx, rows)
     picked = rows_excess.nonzero()
     stride = -(-picked.shape[0] // MAX_ROWS) if picked.shape[0] else 1
     picked = picked[::stride]
     found = torch.zeros(-(-geometry.seq_q // grid), -(-geometry.seq_k // grid) + 1,
-                        dtype=torch.float64, device=over.device)
+                        dtype=torch.float64, device=device)
     terms = _Terms(geometry, q, k, v, out, lse.to(torch.float64), do64, grid)
     padding = []
     for start in range(0, picked.shape[0], CHUNK_ROWS):
         for (b, h), rows in _by_slice(picked[start:start + CHUNK_ROWS]).items():
-            shares = terms.dictionary(b, h, rows).shares(error[b, h, rows])  # (rows, bins)
+            error = (kernel[b, h, rows].detach().to(device, torch.float64)
+                     - ref[b, h, rows].detach().to(device, torch.float64))
+            shares = terms.dictionary(b, h, rows).shares(error)          # (rows, bins)
             if geometry.name == "out":
                 taken = shares[:, -1] >= 0.5
-                padding.append(_zero_keys(error[b, h, rows][taken], out[b, h, rows][taken], lse[b, h, rows][taken]))
+                padding.append(_zero_keys(error[taken], out[b, h, rows][taken], lse[b, h, rows][taken]))
             weighted = shares * rows_excess[b, h, rows, None] * stride
             if geometry.key_rows:
                 found[:, :-1].index_add_(1, rows // grid, weighted.T)

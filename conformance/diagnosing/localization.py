@@ -46,11 +46,13 @@ class Profiles:
     map: torch.Tensor | None = None
     map_grid: int = GRID
     padding_keys: float | None = None  # zero keys whose padding explains the last column, if any
+    row_excess: torch.Tensor | None = None  # (batch, heads, rows) excess, unnormalised, for key_attribution
 
 
 def excess(kernel: torch.Tensor, ref: torch.Tensor, allowance: float,
            exclude: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-element excess over BOUND * allowance, float64, the shape of `ref` (module doc)."""
+    """Per-element excess over BOUND * allowance, float64, the shape of `ref` (module doc);
+    a NaN/Inf stands at the largest finite excess of what it is given (or the allowance)."""
     a = kernel.detach().to(device=ref.device, dtype=torch.float64)
     r = ref.detach().to(torch.float64)
     error = torch.where(a == r, 0.0, (a - r).abs())
@@ -64,39 +66,69 @@ def excess(kernel: torch.Tensor, ref: torch.Tensor, allowance: float,
     return torch.where(broken, stand_in, finite_over)
 
 
-def common_factor(kernel: torch.Tensor, ref: torch.Tensor) -> float | None:
-    """f with kernel ~ f * ref when that explains >= 90% of the squared error (a scale,
-    a missing normalisation), else None. Least squares over the finite elements."""
-    a = kernel.detach().to(device=ref.device, dtype=torch.float64).flatten()
-    r = ref.detach().to(torch.float64).flatten()
-    finite = torch.isfinite(a) & torch.isfinite(r)
-    a, r = a[finite], r[finite]
-    error = a - r
-    energy, norm = float((error * error).sum()), float((r * r).sum())
-    if energy == 0 or norm == 0:
-        return None
-    alpha = float((error * r).sum()) / norm
-    residual = float(((error - alpha * r) ** 2).sum())
-    return 1.0 + alpha if residual <= 0.1 * energy else None
+# Elements per pass of `profiles`: its float64 temporaries stay near 100 MB whatever the tensor
+# (at S = 32k, B1 H16 D128 a whole output is 67M elements: 0.5 GB per float64 copy).
+CHUNK_ELEMENTS = 2**24
+
+
+class _Sums:
+    """What `profiles` accumulates over chunks of (batch, head) slices."""
+
+    def __init__(self, slices: int, rows: int, columns: int | None, device):
+        zeros = lambda *shape: torch.zeros(*shape, dtype=torch.float64, device=device)  # noqa: E731
+        self.per_row, self.columns = zeros(slices, rows), zeros(columns) if columns else None
+        self.offending = self.nonfinite = 0
+        self.largest = 0.0
+        self.error_energy = self.ref_energy = self.cross = 0.0  # for the common factor
+
+    def add(self, first: int, kernel: torch.Tensor, ref: torch.Tensor, over: torch.Tensor) -> None:
+        self.per_row[first:first + over.shape[0]] = over.sum(dim=-1) if self.columns is not None else over
+        if self.columns is not None:
+            self.columns += over.sum(dim=(0, 1))
+        self.offending += int((over > 0).sum())
+        self.largest = max(self.largest, float(over.max()) if over.numel() else 0.0)
+        a = kernel.detach().to(device=ref.device, dtype=torch.float64)
+        r = ref.detach().to(torch.float64)
+        self.nonfinite += int((~torch.isfinite(a) & torch.isfinite(r)).sum())
+        finite = torch.isfinite(a) & torch.isfinite(r)
+        e, r = torch.where(finite, a - r, 0.0), torch.where(finite, r, 0.0)
+        self.error_energy += float((e * e).sum())
+        self.ref_energy += float((r * r).sum())
+        self.cross += float((e * r).sum())
+
+    def factor(self) -> float | None:
+        """f with kernel ~ f * ref when that explains >= 90% of the squared error (a scale, a
+        missing normalisation), else None: least squares, residual = E - cross^2 / R."""
+        if self.error_energy == 0 or self.ref_energy == 0:
+            return None
+        residual = self.error_energy - self.cross ** 2 / self.ref_energy
+        return 1.0 + self.cross / self.ref_energy if residual <= 0.1 * self.error_energy else None
 
 
 def profiles(kernel: torch.Tensor, ref: torch.Tensor, allowance: float,
              exclude: torch.Tensor | None = None) -> Profiles:
-    """The shares of `kernel`'s excess over `ref` along slices, rows and columns."""
-    over = excess(kernel, ref, allowance, exclude)
-    total = float(over.sum())
+    """The shares of `kernel`'s excess over `ref` along slices, rows and columns, computed
+    over chunks of (batch, head) slices (CHUNK_ELEMENTS)."""
+    batch, heads, rows = ref.shape[:3]
+    has_columns = ref.dim() == 4
+    flat = lambda x: x.reshape(batch * heads, *x.shape[2:]) if x is not None else None  # noqa: E731
+    kernel_slices, ref_slices, exclude_slices = flat(kernel), flat(ref), flat(exclude)
+    sums = _Sums(batch * heads, rows, ref.shape[-1] if has_columns else None, ref.device)
+    step = max(1, CHUNK_ELEMENTS // max(1, ref[0, 0].numel()))
+    for first in range(0, batch * heads, step):
+        part = slice(first, first + step)
+        over = excess(kernel_slices[part], ref_slices[part], allowance,
+                      exclude_slices[part] if exclude_slices is not None else None)
+        sums.add(first, kernel_slices[part], ref_slices[part], over)
+    total = float(sums.per_row.sum())
     scale = 1.0 / total if total > 0 else 0.0
-    has_columns = over.dim() == 4
-    per_row = over.sum(dim=-1) if has_columns else over          # (B, H, S)
-    nonfinite = ~torch.isfinite(kernel.detach().to(ref.device)) & torch.isfinite(ref.detach())
+    per_row = sums.per_row.reshape(batch, heads, rows)
     return Profiles(
-        total=total, elements=over.numel(), offending=int((over > 0).sum()),
-        slices=(per_row.sum(dim=-1) * scale).cpu(),
-        rows=(per_row.sum(dim=(0, 1)) * scale).cpu(),
-        columns=(over.sum(dim=(0, 1, 2)) * scale).cpu() if has_columns else None,
-        largest_element=float(over.max()) * scale if over.numel() else 0.0,
-        factor=common_factor(kernel, ref),
-        nonfinite=int(nonfinite.sum()),
+        total=total, elements=ref.numel(), offending=sums.offending,
+        slices=(per_row.sum(dim=-1) * scale).cpu(), rows=(per_row.sum(dim=(0, 1)) * scale).cpu(),
+        columns=(sums.columns * scale).cpu() if has_columns else None,
+        largest_element=sums.largest * scale, factor=sums.factor(), nonfinite=sums.nonfinite,
+        row_excess=per_row,
     )
 
 
