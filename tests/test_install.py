@@ -168,6 +168,20 @@ def test_the_command_judges_the_bundled_kernels_from_another_repository(installe
     assert not (project / "imported.log").exists()  # neither their kernels/ nor their conftest.py
 
 
+def test_the_whole_smoke_tier_runs_from_another_repository(installed):
+    """The smoke tier, every case, by the installed command from their repository (its
+    kernels/, decoys on PYTHONPATH): each case passes or is unsupported, all of them judged
+    on the bundled kernels. (The cases above compare verdicts and ratios with this clone's.)"""
+    project, env, out = installed["project"], installed["env"], installed["work"] / "smoke-tier"
+    (project / "imported.log").unlink(missing_ok=True)
+    done = _run(["fa-conformance", "run", "--tier", "smoke", "--out", out], project, env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = [line for line in read_results(out) if line.get("kind", "case") == "case"]
+    assert len(lines) > 50 and {line["verdict"] for line in lines} <= {"pass", "unsupported"}
+    assert {line["implementation"] for line in lines} == {"kernels:flash_attention", "kernels:piecewise_attention"}
+    assert not (project / "imported.log").exists()
+
+
 def test_the_pytest_entry_point_judges_them_too(installed, clone_verdicts):
     project, out = installed["project"], installed["work"] / "pytest-run"
     (project / "imported.log").unlink(missing_ok=True)
