@@ -27,10 +27,12 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from conformance import backends
 from conformance.cases.catalog import Case
 from conformance.cases.tiers import cases, TIERS
-from conformance.diagnosing.shrinking import shrink
+from conformance.diagnosing.diagnosis import failing
+from conformance.diagnosing.shrink_command import Shrinker
 from conformance.judging import verdicts
 from conformance.running.implementations import Implementations
 from conformance.running.runner import run_case
+from conformance.usage import UsageError
 from conformance.bundled.mutants.definitions import BY_NAME
 from conformance.bundled.mutants.ordering import coverage_order
 from conformance.bundled.mutants.registry import kernel_specs
@@ -54,12 +56,6 @@ def hunt_order(tier: str, already_run: set[str], profile) -> list[Case]:
                            if case.id not in already_run and case.unsupported_reason(profile) is None])
 
 
-def _gave_away(tensor: dict) -> bool:
-    """Whether this tensor is why its case failed: over the bound, non-finite, or a
-    NaN/Inf input swallowed (tolerates tensors without the newer fields)."""
-    return not tensor.get("passed", True) or bool(tensor.get("nonfinite")) or bool(tensor.get("unpropagated"))
-
-
 def _kill_record(line: dict) -> dict:
     return {
         "case": line["case"],
@@ -67,7 +63,7 @@ def _kill_record(line: dict) -> dict:
         "reason": line["reason"],
         "tensors": [{"name": t["name"], "ratio": t["ratio"],
                      **({"pattern": t["where"]["pattern"], "evidence": t["where"]["evidence"]} if t.get("where") else {})}
-                    for t in line.get("tensors", []) if _gave_away(t)],
+                    for t in line.get("tensors", []) if failing(t)],
         "fault_pattern": line.get("fault_pattern"),
         "reproduce": line["reproduce"],
     }
@@ -129,16 +125,11 @@ def _climb(line: dict, mutant, profile, backend: str | None, tier: str, max_kill
 
 def _shrunk(case_id: str, mutant, profile, backend: str | None, budget_s: float) -> dict:
     """The smallest case that still kills the mutant, searched from its first kill."""
-    implementations = Implementations.from_specs(kernel_specs(mutant.name))
-    case = Case.from_id(case_id)
-
-    def rule_verdict(candidate: Case) -> str:
-        return run_case(candidate, profile, implementations, backend_option=backend)["rule_verdict"]
-
-    original = rule_verdict(case)
-    found = shrink(case, rule_verdict, lambda c: c.unsupported_reason(profile) is None, budget_s, original)
-    return {"case": found.case.id, "tried": found.tried, "seconds": round(found.seconds, 1),
-            "complete": found.complete}
+    shrinker = Shrinker(profile, Implementations.from_specs(kernel_specs(mutant.name)), backend)
+    try:
+        return shrinker.shrink(Case.from_id(case_id), budget_s)
+    except UsageError as exc:  # the kill did not repeat (a race): nothing to shrink
+        return {"from": case_id, "note": str(exc)}
 
 
 def hunt_all(names: list[str], tier: str, backend: str | None = None, max_kills: int = 1,

@@ -92,7 +92,7 @@ def localized_rows(lines: list[dict]) -> list[list]:
         rows.append([line["mutant"], line["fault"], kill.get("fault_pattern") or "-",
                      best["evidence"] if best else "-",
                      f"`{shrunk['case']}`" + ("" if shrunk.get("complete", True) else " (budget spent)")
-                     if shrunk else "-"])
+                     if shrunk and "case" in shrunk else (shrunk or {}).get("note", "-")])
     return rows
 
 

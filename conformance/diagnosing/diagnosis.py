@@ -15,8 +15,9 @@ from conformance.diagnosing.geometry import bundled_tiles, geometry, pattern_gri
 
 
 def failing(tensor: dict) -> bool:
-    """Whether the rule held this tensor against its case (over the bound, NaN/Inf, unpropagated)."""
-    return not tensor["passed"] or bool(tensor["nonfinite"]) or bool(tensor.get("unpropagated"))
+    """Whether the rule held this tensor against its case (over the bound, NaN/Inf, unpropagated);
+    tolerates records of older runs without the newer fields."""
+    return not tensor.get("passed", True) or bool(tensor.get("nonfinite")) or bool(tensor.get("unpropagated"))
 
 
 def spread(tensor: dict, kernel, torch_paths, ref, dtype_name: str) -> None:

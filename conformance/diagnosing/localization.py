@@ -49,10 +49,9 @@ class Profiles:
     row_excess: torch.Tensor | None = None  # (batch, heads, rows) excess, unnormalised, for key_attribution
 
 
-def excess(kernel: torch.Tensor, ref: torch.Tensor, allowance: float,
-           exclude: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-element excess over BOUND * allowance, float64, the shape of `ref` (module doc);
-    a NaN/Inf stands at the largest finite excess of what it is given (or the allowance)."""
+def _finite_excess(kernel: torch.Tensor, ref: torch.Tensor, allowance: float,
+                   exclude: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(excess with NaN/Inf positions at 0, those positions) over BOUND * allowance, float64."""
     a = kernel.detach().to(device=ref.device, dtype=torch.float64)
     r = ref.detach().to(torch.float64)
     error = torch.where(a == r, 0.0, (a - r).abs())
@@ -61,9 +60,21 @@ def excess(kernel: torch.Tensor, ref: torch.Tensor, allowance: float,
     if exclude is not None:
         over = torch.where(exclude.to(over.device), 0.0, over)
         broken &= ~exclude.to(over.device)
-    finite_over = torch.where(broken, 0.0, over)
-    stand_in = max(float(finite_over.max()) if finite_over.numel() else 0.0, BOUND * allowance, 1e-30)
-    return torch.where(broken, stand_in, finite_over)
+    return torch.where(broken, 0.0, over), broken
+
+
+def excess(kernel: torch.Tensor, ref: torch.Tensor, allowance: float,
+           exclude: torch.Tensor | None = None, stand_in: float | None = None) -> torch.Tensor:
+    """Per-element excess over BOUND * allowance, float64, the shape of `ref` (module doc);
+    a NaN/Inf stands at `stand_in` (default: the largest finite excess given, or the allowance)."""
+    over, broken = _finite_excess(kernel, ref, allowance, exclude)
+    if stand_in is None:
+        stand_in = _stand_in(float(over.max()) if over.numel() else 0.0, allowance)
+    return torch.where(broken, stand_in, over)
+
+
+def _stand_in(largest_finite: float, allowance: float) -> float:
+    return max(largest_finite, BOUND * allowance, 1e-30)
 
 
 # Elements per pass of `profiles`: its float64 temporaries stay near 100 MB whatever the tensor
@@ -115,10 +126,13 @@ def profiles(kernel: torch.Tensor, ref: torch.Tensor, allowance: float,
     kernel_slices, ref_slices, exclude_slices = flat(kernel), flat(ref), flat(exclude)
     sums = _Sums(batch * heads, rows, ref.shape[-1] if has_columns else None, ref.device)
     step = max(1, CHUNK_ELEMENTS // max(1, ref[0, 0].numel()))
-    for first in range(0, batch * heads, step):
-        part = slice(first, first + step)
-        over = excess(kernel_slices[part], ref_slices[part], allowance,
-                      exclude_slices[part] if exclude_slices is not None else None)
+    parts = [(first, slice(first, first + step)) for first in range(0, batch * heads, step)]
+    excluded = lambda part: exclude_slices[part] if exclude_slices is not None else None  # noqa: E731
+    # Two passes: a NaN/Inf stands at the tensor's largest finite excess, whichever chunk holds it.
+    largest = max(float(_finite_excess(kernel_slices[part], ref_slices[part], allowance, excluded(part))[0].max())
+                  for _, part in parts)
+    for first, part in parts:
+        over = excess(kernel_slices[part], ref_slices[part], allowance, excluded(part), _stand_in(largest, allowance))
         sums.add(first, kernel_slices[part], ref_slices[part], over)
     total = float(sums.per_row.sum())
     scale = 1.0 / total if total > 0 else 0.0

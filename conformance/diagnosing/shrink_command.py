@@ -33,17 +33,22 @@ def parse_case(text: str) -> Case:
 
 
 class Shrinker:
-    """A backend and implementations to judge candidates with, in this process."""
+    """A profile and implementations to judge candidates with, in this process."""
 
-    def __init__(self, backend: str | None, kernels=(), capabilities=None, dropout_masks=()):
+    def __init__(self, profile, implementations, backend_option: str | None = None):
+        self.profile, self.implementations, self.backend = profile, implementations, backend_option
+
+    @classmethod
+    def from_options(cls, backend: str | None, kernels=(), capabilities=None, dropout_masks=()) -> "Shrinker":
+        """From the options a run was given (activates the backend); UsageError naming a bad one."""
         from conformance.running.implementations import Implementations
 
-        self.profile = usage.backend_profile(backend, activate=True)
-        self.backend = backend
+        profile = usage.backend_profile(backend, activate=True)
         try:
-            self.implementations = Implementations.from_specs(list(kernels), capabilities, list(dropout_masks))
+            implementations = Implementations.from_specs(list(kernels), capabilities, list(dropout_masks))
         except ValueError as exc:
             raise usage.UsageError(str(exc)) from None
+        return cls(profile, implementations, backend)
 
     def rule_verdict(self, case: Case) -> str:
         from conformance.running.runner import run_case
@@ -70,7 +75,7 @@ class Shrinker:
 
 def command_shrink(args) -> int:
     case = parse_case(args.case_id)
-    shrinker = Shrinker(args.backend, args.kernel, args.capabilities, args.dropout_mask)
+    shrinker = Shrinker.from_options(args.backend, args.kernel, args.capabilities, args.dropout_mask)
     found = shrinker.shrink(case, args.budget)
     budget_note = "" if found["complete"] else f" (budget of {args.budget:g} s spent: the smallest found so far)"
     print(f"smallest failing case{budget_note}: {found['case']}")
@@ -96,8 +101,8 @@ def shrink_run(run_dir, budget_s: float) -> int:
                (verdicts.FAIL, verdicts.NONFINITE, verdicts.ERROR)]
     if not failing:
         return 0
-    shrinker = Shrinker(selection.get("backend"), selection.get("kernels") or (),
-                        selection.get("capabilities"), selection.get("dropout_masks") or ())
+    shrinker = Shrinker.from_options(selection.get("backend"), selection.get("kernels") or (),
+                                     selection.get("capabilities"), selection.get("dropout_masks") or ())
     with open(Path(run_dir) / SHRUNK_FILE, "w", encoding="utf-8") as out:
         for number, line in enumerate(failing, 1):
             print(f"conformance shrink: {number}/{len(failing)} {line['case']}", flush=True)
