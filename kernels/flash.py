@@ -16,7 +16,7 @@ from .allocation import new_forward_outputs, new_output
 from .dropout import DropoutParams, dropout_keep_mask, dropout_params
 from .flash_backward import delta_kernel, dkdv_kernel, dq_kernel
 from .flash_forward import flash_forward_kernel
-from .launch import launch, launch_kwargs, launches_on_device, padded_head_dim
+from .launch import head_dim_bound, launch, launch_kwargs, launches_on_device, padded_head_dim
 from .targets import current_target, interpreting
 from .total_attention import total_attention_kernel
 from .validation import (
@@ -48,6 +48,7 @@ def _forward(q, k, v, causal: bool, sm_scale: float, dropout: DropoutParams | No
     if done:
         return out, lse
     block_d = padded_head_dim(head_dim, q.dtype)
+    head_dim = head_dim_bound(head_dim, block_d)  # None: no column masks
     cfg = launch_kwargs("fwd", block_d, q.dtype, variant="dropout" if dropout is not None else None,
                         streamed=(k, v))
     drop_args, drop_flag = _dropout_kwargs(dropout)
@@ -69,6 +70,7 @@ def _backward(q, k, v, out, lse, do, causal: bool, sm_scale: float, dropout: Dro
     if seq_q == 0 or seq_k == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     block_d = padded_head_dim(head_dim, q.dtype)
+    head_dim = head_dim_bound(head_dim, block_d)  # None: no column masks
     emulate = interpreting()
 
     delta = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=q.device)
@@ -103,6 +105,7 @@ def _total_attention(q, k, lse, causal: bool, sm_scale: float) -> torch.Tensor:
     if seq_q == 0:
         return total.zero_()
     block_d = padded_head_dim(head_dim, q.dtype)
+    head_dim = head_dim_bound(head_dim, block_d)  # None: no column masks
     cfg = launch_kwargs("total", block_d, q.dtype)
     launch(total_attention_kernel, triton.cdiv(seq_k, cfg["BLOCK_N"]), batch * heads,
            q, k, lse, total, sm_scale, *q.stride(), *k.stride(),

@@ -84,7 +84,7 @@ def dkdv_over_rows(dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols
     (no mask, no bound check on the rows)."""
     for row_start in tl.range(row_first, row_stop, BLOCK_M, num_stages=STAGES):
         rows = row_start + tl.arange(0, BLOCK_M)
-        query_rows = seq_q if MASKED else row_start + BLOCK_M
+        query_rows = seq_q if MASKED else None  # None: no bound check (blocks.below)
         q = load_rows(q_source, row_start, rows, dims, stride_qm, stride_qd, query_rows, head_dim, DESCRIPTORS)
         do = load_rows(do_source, row_start, rows, dims, stride_dom, stride_dod, query_rows, head_dim, DESCRIPTORS)
         lse = load_row_stat(lse_base, rows, query_rows, float("-inf"))
@@ -181,7 +181,7 @@ def dq_over_keys(dq, q, do, lse, delta, k_source, v_source, rows, dims, key_firs
     MASKED=False: every pair visible and every key inside seq_k."""
     for key_start in tl.range(key_first, key_stop, BLOCK_N, num_stages=STAGES):
         cols = key_start + tl.arange(0, BLOCK_N)
-        key_rows = seq_k if MASKED else key_start + BLOCK_N
+        key_rows = seq_k if MASKED else None  # None: no bound check (blocks.below)
         k = load_rows(k_source, key_start, cols, dims, stride_kn, stride_kd, key_rows, head_dim, DESCRIPTORS)
         v = load_rows(v_source, key_start, cols, dims, stride_vn, stride_vd, key_rows, head_dim, DESCRIPTORS)
         p = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, CAUSAL, MASKED, INTERPRETED)

@@ -20,7 +20,7 @@ import triton
 
 from .allocation import new_forward_outputs, new_output
 from .flash_backward import delta_kernel
-from .launch import launch, launch_kwargs, launches_on_device, padded_head_dim
+from .launch import head_dim_bound, launch, launch_kwargs, launches_on_device, padded_head_dim
 from .targets import current_target, interpreting
 from .piecewise_backward import piecewise_dkdv_kernel, piecewise_dq_kernel
 from .piecewise_forward import piecewise_forward_kernel
@@ -52,6 +52,7 @@ def _forward(q1, k1, q2, k2, v, threshold: int, causal: bool, scale: float):
     if done:
         return out, lse
     block_d = padded_head_dim(head_dim, q1.dtype)
+    head_dim = head_dim_bound(head_dim, block_d)  # None: no column masks
     cfg = _launch_kwargs("fwd", block_d, q1.dtype)
     launch(piecewise_forward_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,
            q1, k1, q2, k2, v, out, lse, scale, threshold,
@@ -67,7 +68,8 @@ def _delta(out, do, block_d: int):
     delta = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=out.device)
     pre = _launch_kwargs("bwd_preprocess", block_d, out.dtype, tiles=("BLOCK_M",))
     launch(delta_kernel, triton.cdiv(seq_q, pre["BLOCK_M"]), batch * heads,
-           out, do, delta, *out.stride(), *do.stride(), heads, seq_q, head_dim, BLOCK_D=block_d, **pre)
+           out, do, delta, *out.stride(), *do.stride(), heads, seq_q, head_dim_bound(head_dim, block_d),
+           BLOCK_D=block_d, **pre)
     return delta
 
 
@@ -81,6 +83,7 @@ def _backward(saved, do, threshold: int, causal: bool, scale: float):
     if seq_q == 0 or seq_k == 0:
         return tuple(g.zero_() for g in (dq1, dk1, dq2, dk2, dv))
     block_d = padded_head_dim(head_dim, q1.dtype)
+    head_dim = head_dim_bound(head_dim, block_d)  # None: no column masks
     delta = _delta(out, do, block_d)
     common = dict(CAUSAL=causal, BLOCK_D=block_d, INTERPRETED=interpreting())
     tensors = (q1, k1, q2, k2, v, do, lse, delta)

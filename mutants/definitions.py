@@ -82,9 +82,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "stride of a non-contiguous input ignored: rows assumed head_dim apart, as in a contiguous tensor",
            (Edit("blocks.py",
                  "    ptrs = base + rows[:, None] * stride_row + cols[None, :] * stride_col\n"
-                 "    in_range = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)\n    return tl.load(",
-                 "    ptrs = base + rows[:, None] * n_cols + cols[None, :] * stride_col\n"
-                 "    in_range = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)\n    return tl.load("),)),
+                 "    in_range = below(rows, n_rows)[:, None] & below(cols, n_cols)[None, :]\n    return tl.load(",
+                 "    ptrs = base + rows[:, None] * (cols.shape[0] if n_cols is None else n_cols)"
+                 " + cols[None, :] * stride_col\n"
+                 "    in_range = below(rows, n_rows)[:, None] & below(cols, n_cols)[None, :]\n    return tl.load("),)),
     Mutant("total_batch_offset",
            "total_attention reads the log-normalizer of batch 0 for every batch (batch offset dropped)",
            (Edit("total_attention.py", "stats = LSE + batch_head.to(tl.int64) * seq_q",
@@ -105,8 +106,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (Edit(_BACKWARD, "dq * sm_scale, rows, dims, stride_dqm", "dq, rows, dims, stride_dqm"),)),
     Mutant("masked_row_nan",
            "fully masked rows: no guard for a running max of -inf, exp2(-inf - -inf) = NaN",
-           (Edit("blocks.py", 'safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)',
-                 "safe_max = new_max"),)),
+           (Edit("blocks.py", 'reference = tl.where(new_scaled_max == float("-inf"), 0.0, new_scaled_max)',
+                 "reference = new_scaled_max"),)),
     Mutant("gqa_dkdv_race",
            "race: GQA dK/dV summed across query-head programs by a non-atomic read-modify-write",
            _RACE_EDITS,
