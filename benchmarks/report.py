@@ -113,12 +113,13 @@ def _environment(env: dict) -> list[str]:
 def markdown(env: dict, lines: list[dict], plot_name: str | None) -> str:
     """benchmark.md's text."""
     reps = env.get("benchmark", {}).get("repetitions") or {}
-    reps_text = (f"{reps['min_reps']}–{reps['max_reps']} calls, as many as fit in {reps['target_ms']:g} ms"
+    reps_text = (f"{reps['min_reps']}–{reps['max_reps']} calls, as many as fit in {reps['target_ms']:g} ms, "
+                 f"after a warm-up call and {reps.get('warmup_ms', 0):g} ms of untimed calls"
                  if reps else "see env.json")
     out = ["# Attention benchmark: bundled Triton kernel, torch SDPA and FlexAttention", "", *_environment(env), "",
            "Method: FLOPs count the matmuls only (4·B·H·S²·D forward, halved when causal; backward 2.5× the "
            "forward); shapes B = 32k tokens / S, H = 2048 / D. Time: median of CUDA-event timed calls "
-           f"({reps_text}, after a warm-up call); forward under torch.no_grad(), backward "
+           f"({reps_text}); forward under torch.no_grad(), backward "
            "through a recorded graph. Memory: torch.cuda.max_memory_allocated() minus memory_allocated() "
            "before one call (outputs and workspaces, not the inputs). Each cell: forward / backward. "
            "FlexAttention (`flex`) ran compiled by torch.compile (static shapes, recompile limit raised, "
