@@ -124,8 +124,13 @@ def format_bytes(count: float) -> str:
 
 
 def call_recording_warnings(call):
-    """(result, warning texts) of `call()`; SDPA explains there why it refused a backend."""
+    """(result, warning texts) of `call()`; SDPA explains there why it refused a backend.
+    If `call()` raises, the exception carries the texts as `torch_warnings`."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = call()
+        try:
+            result = call()
+        except Exception as exc:
+            exc.torch_warnings = [str(warning.message) for warning in caught]
+            raise
     return result, [str(warning.message) for warning in caught]

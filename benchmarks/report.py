@@ -114,7 +114,9 @@ def markdown(env: dict, lines: list[dict], plot_name: str | None) -> str:
     """benchmark.md's text."""
     reps = env.get("benchmark", {}).get("repetitions") or {}
     reps_text = (f"{reps['min_reps']}–{reps['max_reps']} calls, as many as fit in {reps['target_ms']:g} ms, "
-                 f"after a warm-up call and {reps.get('warmup_ms', 0):g} ms of untimed calls"
+                 f"after a warm-up call; the implementations of a problem take turns in "
+                 f"{reps.get('rounds', 1)} round(s), each turn after {reps.get('warmup_ms', 0):g} ms / rounds "
+                 f"of untimed calls, so that none gains from the GPU's clock state"
                  if reps else "see env.json")
     out = ["# Attention benchmark: bundled Triton kernel, torch SDPA and FlexAttention", "", *_environment(env), "",
            "Method: FLOPs count the matmuls only (4·B·H·S²·D forward, halved when causal; backward 2.5× the "

@@ -16,11 +16,11 @@ import torch
 
 from conformance.bundled.benchmarks import grid, implementations
 from conformance.bundled.benchmarks.report import BENCHMARK_FILE
-from conformance.bundled.benchmarks.timing import RepetitionPolicy, median_ms, peak_bytes
+from conformance.bundled.benchmarks.timing import RepetitionPolicy, interleaved_medians, peak_bytes
 from conformance.cases.inputs import TORCH_DTYPES
 
 FULL_POLICY = RepetitionPolicy()
-QUICK_POLICY = RepetitionPolicy(target_ms=20.0, min_reps=3, max_reps=5, warmup_ms=0.0)
+QUICK_POLICY = RepetitionPolicy(target_ms=20.0, min_reps=3, max_reps=5, warmup_ms=0.0, rounds=1)
 # SDPA's messages when the chosen backend refuses a problem (torch <= 2.11 / newer).
 _REFUSALS = ("No available kernel", "No viable backend")
 DEVICE = "cuda"  # tests run the loop on the CPU with this replaced
@@ -50,35 +50,61 @@ def _call(fn, direction: str, q, k, v, causal: bool):
     return lambda: torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
 
 
-def measure(name: str, problem: grid.Problem, direction: str, tensors, free_bytes: int,
-            policy: RepetitionPolicy) -> dict:
-    """One results line (see the module docstring)."""
-    line = {"impl": name, "direction": direction, **problem.fields(), "flops": problem.flops(direction),
+def _line(name: str, problem: grid.Problem, direction: str) -> dict:
+    return {"impl": name, "direction": direction, **problem.fields(), "flops": problem.flops(direction),
             "status": "ok", "reason": "", "median_ms": None, "tflops": None, "peak_bytes": None,
             "reps": None, "samples_ms": None}
-    skip = implementations.skip_reason(name, problem, direction, free_bytes)
-    if skip:
-        return {**line, "status": "skipped", "reason": skip}
-    fn = implementations.implementation(name)
-    caught = []
-    try:
-        call, caught = implementations.call_recording_warnings(
-            lambda: _call(fn, direction, *tensors, problem.causal))
-        (median, samples), more = implementations.call_recording_warnings(lambda: median_ms(call, policy))
-        caught += more
-        peak = peak_bytes(call)
-    except torch.cuda.OutOfMemoryError as exc:
+
+
+def _failed(line: dict, exc: BaseException, caught: list) -> dict:
+    """The line of an implementation that raised: skipped where the backend refused the
+    problem or memory ran out, else error (with torch's warnings, which often say why)."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
         return {**line, "status": "skipped", "reason": f"out of memory: {str(exc).splitlines()[0]}"}
-    except Exception as exc:  # a backend that cannot take this problem, or a failing kernel
-        status = "skipped" if any(refusal in str(exc) for refusal in _REFUSALS) else "error"
-        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        if caught:
-            reason += " (torch: " + " / ".join(dict.fromkeys(text.strip() for text in caught)) + ")"
-        return {**line, "status": status, "reason": reason[:600]}
-    finally:
-        call = None  # frees a backward's graph before the next measurement
-    return {**line, "median_ms": median, "tflops": grid.tflops(line["flops"], median), "peak_bytes": peak,
-            "reps": len(samples), "samples_ms": [round(sample, 5) for sample in samples]}
+    status = "skipped" if any(refusal in str(exc) for refusal in _REFUSALS) else "error"
+    reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    if caught:
+        reason += " (torch: " + " / ".join(dict.fromkeys(text.strip() for text in caught)) + ")"
+    return {**line, "status": status, "reason": reason[:600]}
+
+
+def measure_all(names: list[str], problem: grid.Problem, direction: str, tensors, free_bytes: int,
+                policy: RepetitionPolicy) -> list[dict]:
+    """One results line per implementation (see the module docstring), all timed together
+    in interleaved rounds (timing.interleaved_medians), so that none is favoured by the
+    GPU's clock state."""
+    lines, calls, warnings = {}, {}, {}
+    for name in names:
+        lines[name] = _line(name, problem, direction)
+        skip = implementations.skip_reason(name, problem, direction, free_bytes)
+        if skip:
+            lines[name] = {**lines[name], "status": "skipped", "reason": skip}
+            continue
+        fn = implementations.implementation(name)
+
+        def first_call():  # compiles, and shows a refusal with torch's reasons attached
+            call = _call(fn, direction, *tensors, problem.causal)
+            call()
+            return call
+        try:
+            calls[name], warnings[name] = implementations.call_recording_warnings(first_call)
+        except Exception as exc:  # a backend that cannot take this problem, or a failing kernel
+            lines[name] = _failed(lines[name], exc, getattr(exc, "torch_warnings", []))
+    timed, caught = implementations.call_recording_warnings(lambda: interleaved_medians(calls, policy))
+    for name, result in timed.items():
+        if isinstance(result, BaseException):
+            lines[name] = _failed(lines[name], result, warnings[name] + caught)
+            continue
+        try:
+            peak = peak_bytes(calls[name])
+        except Exception as exc:  # noqa: BLE001
+            lines[name] = _failed(lines[name], exc, warnings[name] + caught)
+            continue
+        median, samples = result
+        lines[name] = {**lines[name], "median_ms": median, "tflops": grid.tflops(lines[name]["flops"], median),
+                       "peak_bytes": peak, "reps": len(samples), "samples_ms": [round(x, 5) for x in samples]}
+    calls.clear()  # frees the backward graphs before the next measurement
+    return [lines[name] for name in names]
 
 
 def write_environment(out: Path, quick: bool, policy: RepetitionPolicy) -> dict:
@@ -113,9 +139,8 @@ def run_benchmark(out: Path, problems: list[grid.Problem], names: list[str], qui
         for problem in problems:
             tensors = _inputs(problem)
             free = free_bytes()
-            for name in names:
-                for direction in grid.DIRECTIONS:
-                    line = measure(name, problem, direction, tensors, free, policy)
+            for direction in grid.DIRECTIONS:
+                for line in measure_all(names, problem, direction, tensors, free, policy):
                     handle.write(to_json(line) + "\n")
                     handle.flush()
                     print(_progress(line, time.perf_counter() - started), flush=True)

@@ -1,12 +1,17 @@
 """Timing with CUDA events and peak memory per call (GPU only).
 
-`median_ms(call)`: one untimed warm-up call (compilation, cuDNN plans, allocator
-growth), one timed call to estimate the cost, untimed calls for `warmup_ms` more (the
-GPU idles while a peer compiles, and its clock needs load to come back up: with one
-warm-up call and 5-20 samples of 60 ms, one kernel measured 493 and 514 TFLOP/s in the
-same H100 run), then `reps` back-to-back timed calls -- as many as fit in `target_ms`,
-at least `min_reps`, at most `max_reps` -- each between its own pair of CUDA events on
-the current stream. The result is their median. (triton.testing.do_bench works the same way; this loop also returns the
+`interleaved_medians(calls)`: the implementations of one problem timed under the same
+conditions.  Each runs once untimed (compilation, cuDNN plans, allocator growth) and
+once timed to estimate its cost; then, in `rounds` rounds, every implementation in turn
+runs untimed calls for its share of `warmup_ms` and then its share of `reps` back-to-back
+timed calls -- as many as fit in `target_ms`, at least `min_reps`, at most `max_reps` --
+each between its own pair of CUDA events on the current stream.  The result per
+implementation is the median of its samples.  Why rounds: an H100's clock follows its
+power and temperature, which a long run of one kernel drives and a peer's compilation
+(seconds of idle GPU) relaxes; timed one after another, with one warm-up call and 5-20
+samples in 60 ms, one kernel read 493 and 514 TFLOP/s in the same run, and with 200 ms
+per implementation the kernel timed right after a compilation gained 5-10 %.
+`median_ms(call)` is the same for one implementation. (triton.testing.do_bench works the same way; this loop also returns the
 samples and bounds the repetitions, which keeps the whole grid within minutes.)
 
 `peak_bytes(call)`: torch.cuda.max_memory_allocated() after one call minus
@@ -30,6 +35,7 @@ class RepetitionPolicy:
     min_reps: int = 10
     max_reps: int = 50
     warmup_ms: float = 100.0
+    rounds: int = 4
 
     def reps(self, estimate_ms: float) -> int:
         wanted = int(self.target_ms / max(estimate_ms, 1e-3))
@@ -49,15 +55,40 @@ def _timed_calls(call, reps: int) -> list[float]:
     return [start.elapsed_time(end) for start, end in events]
 
 
+def interleaved_medians(calls: dict, policy: RepetitionPolicy) -> dict:
+    """name -> (median milliseconds per call, every timed sample), or the exception the
+    implementation raised while being timed (the others go on).  See the module docstring."""
+    results, reps = {}, {}
+    for name, call in calls.items():
+        try:
+            call()
+            torch.cuda.synchronize()
+            (estimate,) = _timed_calls(call, 1)
+            reps[name] = (estimate, policy.reps(estimate))
+            results[name] = []
+        except Exception as exc:  # noqa: BLE001 -- recorded for this implementation only
+            results[name] = exc
+    for round_index in range(policy.rounds):
+        for name, (estimate, total) in reps.items():
+            if isinstance(results[name], BaseException):
+                continue
+            share = total // policy.rounds + (round_index < total % policy.rounds)
+            try:
+                for _ in range(int(policy.warmup_ms / policy.rounds / max(estimate, 1e-3))):
+                    calls[name]()
+                results[name] += _timed_calls(calls[name], share) if share else []
+            except Exception as exc:  # noqa: BLE001
+                results[name] = exc
+    return {name: samples if isinstance(samples, BaseException) else (statistics.median(samples), samples)
+            for name, samples in results.items()}
+
+
 def median_ms(call, policy: RepetitionPolicy) -> tuple[float, list[float]]:
-    """(median milliseconds per call, every timed sample)."""
-    call()
-    torch.cuda.synchronize()
-    (estimate,) = _timed_calls(call, 1)
-    for _ in range(int(policy.warmup_ms / max(estimate, 1e-3))):
-        call()
-    samples = _timed_calls(call, policy.reps(estimate))
-    return statistics.median(samples), samples
+    """(median milliseconds per call, every timed sample) of one implementation."""
+    result = interleaved_medians({"call": call}, policy)["call"]
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 def peak_bytes(call) -> int:

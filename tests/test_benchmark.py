@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.bundled.benchmarks import flash_benchmark, grid, implementations, report, run, svg
+from conformance.bundled.benchmarks import flash_benchmark, grid, implementations, report, run, svg, timing
 from conformance.bundled.benchmarks.timing import RepetitionPolicy
 from conformance import backends
 
@@ -126,23 +126,48 @@ def test_render_command_and_the_no_gpu_message(recorded, capsys):
     assert "needs a GPU" in capsys.readouterr().err
 
 
-def wall_clock_median(call, policy):
+def _wall_clock_calls(call, reps):
     samples = []
-    for _ in range(policy.min_reps):
+    for _ in range(reps):
         started = time.perf_counter()
         call()
         samples.append((time.perf_counter() - started) * 1e3)
-    return sorted(samples)[len(samples) // 2], samples
+    return samples
 
 
-def test_the_measuring_loop_on_the_cpu(tmp_path, monkeypatch):
+@pytest.fixture
+def wall_clock(monkeypatch):
+    """timing's CUDA events and synchronisation replaced by the wall clock (CPU runs)."""
+    monkeypatch.setattr(timing, "_timed_calls", _wall_clock_calls)
+    monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda: None)
+
+
+def test_implementations_are_timed_in_interleaved_rounds(wall_clock):
+    order = []
+
+    def recorder(name):
+        return lambda: order.append(name)
+
+    def broken():
+        order.append("broken")
+        if order.count("broken") > 2:  # fails in its first timed round
+            raise RuntimeError("lost the device")
+
+    policy = RepetitionPolicy(target_ms=1e9, min_reps=6, max_reps=6, warmup_ms=0.0, rounds=3)
+    results = timing.interleaved_medians({"a": recorder("a"), "broken": broken, "b": recorder("b")}, policy)
+    assert isinstance(results["broken"], RuntimeError)
+    assert [len(results[name][1]) for name in ("a", "b")] == [6, 6]
+    timed = [name for name in order[6:] if name != "broken"]  # after each one's first two calls
+    assert timed == ["a"] * 2 + ["b"] * 2 + ["a"] * 2 + ["b"] * 2 + ["a"] * 2 + ["b"] * 2
+
+
+def test_the_measuring_loop_on_the_cpu(tmp_path, monkeypatch, wall_clock):
     """run_benchmark end to end with CPU stand-ins for the device: bundled kernel (on the
     interpreter), SDPA's CPU flash and math backends, cuDNN refusing (skipped, torch's
     reason kept), math over its memory share (skipped)."""
     monkeypatch.setattr(backends, "_active", backends._active)
     monkeypatch.setattr(run, "DEVICE", "cpu")
     monkeypatch.setattr(run, "free_bytes", lambda: 2**18)
-    monkeypatch.setattr(run, "median_ms", wall_clock_median)
     monkeypatch.setattr(run, "peak_bytes", lambda call: (call(), 0)[1])
     problems = [grid.Problem("fp16", 16, True, 64, 1, 1), grid.Problem("fp16", 16, False, 192, 1, 1)]
     names = ["bundled", "sdpa-flash", "sdpa-cudnn", "sdpa-math"]
