@@ -105,3 +105,18 @@ def test_hang_fixture_never_finishes_a_single_query():
     finally:
         process.kill()
         process.communicate()
+
+
+def test_a_tile_never_written_comes_out_nonfinite():
+    """Mutants run under the NaN poisoning of the bundled kernels' outputs, so the rows
+    of a query tile the forward never computes read NaN: `nonfinite`, not a large error
+    in whatever memory torch.empty handed back."""
+    implementations = Implementations.from_specs(kernel_specs("last_query_tile_unwritten"))
+    package = sys.modules[implementations.resolve("flash_attention").__module__.rpartition(".")[0]]
+    with implementations.launch_context("flash_attention"):
+        assert package.allocation.poisoning()  # the mutant's own allocation module
+    case = next(case for case in cases("smoke")
+                if case.op == "flash_attention" and case.direction == "fwd" and case.bad_input is None
+                and case.seq_q % 64 != 0 and case.seq_q > 64 and case.dtype == "fp16")
+    result = run_case(case, backends.active_profile(), implementations)
+    assert result["verdict"] == verdicts.NONFINITE, result

@@ -16,9 +16,10 @@ the function's `capabilities` attribute, or a table of `--capabilities FILE`) an
 for kernels that own their dropout RNG, the function that recomputes their mask
 (`--dropout-mask [op=]MODULE:FUNCTION`, conformance.judging.dropout).
 
-Only bundled kernels are run under `poisoned_outputs()` (NaN-filled
-outputs, so unwritten elements show up as `nonfinite`): the harness cannot reach
-into another implementation's allocations.
+Only bundled kernels and their mutants (copies of them with one edit, which allocate
+through their own copy of kernels.allocation) are run under `poisoned_outputs()`
+(NaN-filled outputs, so unwritten elements show up as `nonfinite`): the harness cannot
+reach into another implementation's allocations.
 """
 
 from __future__ import annotations
@@ -169,10 +170,14 @@ class Implementations:
             self.dropout_mask(op)
 
     def launch_context(self, op: str):
-        """Context manager to launch `op` in: NaN-poisoned outputs for bundled kernels."""
-        if not self.is_bundled(op):
-            return contextlib.nullcontext()
-        return importlib.import_module(BUNDLED_PACKAGE).poisoned_outputs()
+        """Context manager to launch `op` in: NaN-poisoned outputs for the bundled kernels
+        and their mutants (each mutant's package has its own allocation module)."""
+        if self.is_bundled(op):
+            return importlib.import_module(BUNDLED_PACKAGE).poisoned_outputs()
+        if self.uses_bundled_tables(op):
+            package = self.resolve(op).__module__.rpartition(".")[0]
+            return importlib.import_module(package).poisoned_outputs()
+        return contextlib.nullcontext()
 
     def cli_args(self) -> list[str]:
         """The options that select these implementations again."""
