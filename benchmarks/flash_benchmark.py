@@ -24,7 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if not __package__ and (ROOT / "conformance").is_dir() and str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from conformance.bundled.benchmarks import grid, implementations, report  # noqa: E402
+from conformance.bundled.benchmarks import grid, harness_throughput, implementations, report  # noqa: E402
 
 EXIT_NO_GPU = EXIT_USAGE = 2
 
@@ -37,6 +37,9 @@ def parse_args(argv):
     parser.add_argument("--out", type=pathlib.Path, help="report folder (default reports/runs/<time>-benchmark)")
     parser.add_argument("--render", type=pathlib.Path, metavar="DIR",
                         help="only re-render DIR/benchmark.md and the plot from DIR/benchmark.jsonl")
+    parser.add_argument("--harness-run", type=pathlib.Path, metavar="RUN",
+                        help="a conformance run folder (e.g. of the standard tier on this machine) whose "
+                             "cases, wall time and cases per second the report shows as the harness's throughput")
     parser.add_argument("--impls", default=",".join(implementations.NAMES),
                         help=f"comma-separated subset of {','.join(implementations.NAMES)}")
     parser.add_argument("--seq-lens", help="comma-separated S values (default: the grid's)")
@@ -58,6 +61,15 @@ def grid_of(args) -> dict:
     return chosen
 
 
+def _store_harness_throughput(benchmark_dir: pathlib.Path, run_dir: pathlib.Path) -> bool:
+    try:
+        harness_throughput.store(benchmark_dir, harness_throughput.summarise(run_dir))
+    except FileNotFoundError as exc:
+        print(f"benchmark: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def default_out_dir() -> pathlib.Path:
     now = datetime.datetime.now(datetime.timezone.utc)
     return ROOT / "reports" / "runs" / f"{now:%Y%m%d-%H%M%S}-benchmark"
@@ -68,6 +80,8 @@ def main(argv=None) -> int:
     if args.render:
         if not (args.render / report.BENCHMARK_FILE).exists():
             print(f"benchmark: no {report.BENCHMARK_FILE} in {args.render}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.harness_run and not _store_harness_throughput(args.render, args.harness_run):
             return EXIT_USAGE
         written = report.write_report(args.render)
         print("\n".join(str(path) for path in written))
@@ -83,6 +97,8 @@ def main(argv=None) -> int:
 
     out = args.out or default_out_dir()
     run_benchmark(out, grid.problems(**grid_of(args)), args.impls.split(","), quick=args.quick)
+    if args.harness_run and not _store_harness_throughput(out, args.harness_run):
+        return EXIT_USAGE
     written = report.write_report(out)
     print(report.terminal_table(*report.read_run(out)))
     print("\n".join(str(path) for path in written))

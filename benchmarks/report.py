@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from conformance.bundled.benchmarks import svg
+from conformance.bundled.benchmarks import harness_throughput, svg
 from conformance.reporting import summary
 from conformance.reporting.markdown import table as markdown_table
 from conformance.running.results import read_env, read_json_lines
@@ -184,5 +184,9 @@ def write_report(run_dir) -> list[Path]:
     env, lines = read_run(run_dir)
     plot = write_plot(run_dir, lines)
     path = run_dir / MARKDOWN_FILE
-    path.write_text(markdown(env, lines, plot.name), encoding="utf-8")
+    text = markdown(env, lines, plot.name)
+    harness = harness_throughput.load(run_dir)
+    if harness:
+        text += "\n" + "\n".join(harness_throughput.markdown_lines(harness))
+    path.write_text(text, encoding="utf-8")
     return [path, plot]

@@ -199,3 +199,20 @@ def test_the_report_states_the_bundled_kernels_speed_relative_to_each_peer():
     headers, rows = report.ratio_rows(lines)
     assert headers == ["ratio", "S=4096"]
     assert rows == [["bundled / sdpa-flash", "2.00 / -"], ["bundled / flex", "0.75 / 2.00"]]  # no cuDNN line
+
+
+def test_the_report_shows_the_harness_throughput_of_a_conformance_run(recorded, tmp_path):
+    run_dir = tmp_path / "standard"
+    run_dir.mkdir()
+    (run_dir / "env.json").write_text(json.dumps({"tier": "standard", "harness": "abc1234", "device": "GPU X"}))
+    probe = {"case": "probe.dot[fp16]", "kind": "probe", "duration_s": 1.0}
+    cases = [{"case": f"flash_attention.fwd[{i}]", "duration_s": 0.5} for i in range(6)]
+    (run_dir / "results.jsonl").write_text("\n".join(json.dumps(line) for line in [probe, *cases]) + "\n")
+    (run_dir / "run.log").write_text("...\n======== 6 passed in 4.00s ========\n")
+    assert flash_benchmark.main(["--render", str(recorded), "--harness-run", str(run_dir)]) == 0
+    text = (recorded / report.MARKDOWN_FILE).read_text()
+    assert "## Harness throughput" in text
+    assert "6 cases, 4 s of wall time, 3 s of case time; 1.5 cases per second (by wall time)" in text
+    assert flash_benchmark.main(["--render", str(recorded)]) == 0  # kept on a later render
+    assert "## Harness throughput" in (recorded / report.MARKDOWN_FILE).read_text()
+    assert flash_benchmark.main(["--render", str(recorded), "--harness-run", str(tmp_path / "missing")]) == 2
