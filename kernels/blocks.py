@@ -17,7 +17,6 @@ import triton.language as tl
 from .targets import interpreting
 
 LOG2_E = tl.constexpr(1.4426950408889634)
-LN_2 = tl.constexpr(0.6931471805599453)
 
 # Tensor descriptors arrived in triton 3.4.  A kernel that names tl.make_tensor_descriptor
 # does not compile at all on 3.2 / 3.3, even where a constexpr branch never takes it (triton
@@ -280,41 +279,33 @@ def pairwise_column_sums(x):
 
 
 @triton.jit
-def online_softmax_weights(s, row_max, scaled_max, row_sum, row_sum_error, qk_scale):
+def online_softmax_weights(s, row_max, row_sum, row_sum_error, qk_scale):
     """One key tile of the online softmax, for masked (-inf) unscaled fp32 scores s:
-    returns (weights, rescale, new_max, new_scaled_max, row_sum, row_sum_error).
+    returns (weights, rescale, new_max, row_sum, row_sum_error).
 
-    weights = 2^(s * qk_scale - m') are un-normalised, in [0, 1]; the caller multiplies
-    its accumulator by `rescale` before adding weights @ V.  The running max is kept on
-    *unscaled* scores, and beside it m' = max * qk_scale, rounded once (scaled_max, -inf
-    before the first tile).  Each exponent is one fused multiply-add, s * qk_scale - m',
-    rounded once: as accurate as scaling the difference (s - max), which is exact for the
-    scores that dominate the row, but one instruction per score instead of two (measured
-    on an H100, D = 64: 412 -> 440 TFLOP/s).  The rescale between tiles is 2^(old m' -
-    new m'), a difference of the two rounded values that the weights used, so the tiles
-    agree exactly (recomputing old max * qk_scale there could be fused into an FMA and
-    differ by that rounding); finished_rows adds the last rounding back to lse.  The row sum takes one addition per key
-    tile: 512 sequential fp32 additions at Sk = 32k, whose rounding (measured on an H100:
-    lse error 2.6x torch's) Kahan compensation removes."""
+    weights = exp(scale * (s - new_max)) are un-normalised, in [0, 1]; the caller
+    multiplies its accumulator by `rescale` before adding weights @ V.  The running
+    max is kept on *unscaled* scores and the scale applied to (s - max): that
+    difference is exact or nearly so for the entries that dominate the row, whereas
+    scaling first rounds every score relative to its full magnitude (this keeps lse
+    as accurate as torch's logsumexp).  The row sum takes one addition per key
+    tile: 512 sequential fp32 additions at Sk = 32k, whose rounding (measured on an
+    H100: lse error 2.6x torch's) Kahan compensation removes."""
     new_max = tl.maximum(row_max, tl.max(s, 1))
-    new_scaled_max = new_max * qk_scale
     # A row that has seen only masked keys so far has max -inf; exponentiate
     # against 0 instead so exp2(-inf - -inf) never produces NaN.
-    reference = tl.where(new_scaled_max == float("-inf"), 0.0, new_scaled_max)
-    weights = tl.math.exp2(tl.math.fma(s, qk_scale, -reference[:, None]))
-    rescale = tl.math.exp2(scaled_max - reference)  # 0 while nothing was accumulated
+    safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
+    weights = tl.math.exp2((s - safe_max[:, None]) * qk_scale)
+    rescale = tl.math.exp2((row_max - safe_max) * qk_scale)
     row_sum, row_sum_error = compensated_add(row_sum * rescale, row_sum_error * rescale,
                                              tl.sum(weights, 1))
-    return weights, rescale, new_max, new_scaled_max, row_sum, row_sum_error
+    return weights, rescale, new_max, row_sum, row_sum_error
 
 
 @triton.jit
-def finished_rows(acc, row_max, scaled_max, row_sum, sm_scale, qk_scale):
+def finished_rows(acc, row_max, row_sum, sm_scale):
     """Normalised output tile and natural-log normalizer from the online-softmax state.
 
-    lse = max * sm_scale + ln(row sum) - rounding * ln(2): the row sum is relative to the
-    rounded scaled max m' (online_softmax_weights), and `rounding` = max * qk_scale - m',
-    exact as one fused multiply-add, takes it back to max * sm_scale.
     Rows without a visible key (row sum exactly 0) give output 0 and lse -inf.  The
     test is `!= 0`, not `> 0`: a NaN row sum (a NaN or Inf input in that row) must
     stay NaN in out and lse, not pass for an empty row whose -inf lse would make the
@@ -322,9 +313,7 @@ def finished_rows(acc, row_max, scaled_max, row_sum, sm_scale, qk_scale):
     has_keys = row_sum != 0.0
     safe_sum = tl.where(has_keys, row_sum, 1.0)
     out = acc / safe_sum[:, None]
-    rounding = tl.math.fma(row_max, qk_scale, -scaled_max)
-    lse = row_max * sm_scale + tl.math.log(safe_sum)
-    lse = tl.where(has_keys, lse - rounding * LN_2, float("-inf"))
+    lse = tl.where(has_keys, row_max * sm_scale + tl.math.log(safe_sum), float("-inf"))
     return out, lse
 
 
@@ -342,7 +331,7 @@ def raw_scores(q, k, INTERPRETED: tl.constexpr):
 
 
 @triton.jit
-def normalised(raw, lse, sm_scale, NARROWED: tl.constexpr = False):
+def normalised(raw, lse, sm_scale):
     """Attention probabilities exp(raw * sm_scale - lse) of unscaled fp32 scores, rebuilt
     from the stored natural-log normalizer `lse`, broadcast to raw's shape (-inf for rows
     that see no key, which yields 0).
@@ -354,31 +343,19 @@ def normalised(raw, lse, sm_scale, NARROWED: tl.constexpr = False):
     rounding s * sm_scale on its own (a scale that is not a power of two) makes P
     disagree with the forward's weights, exp2((s - max) * scale * log2(e)), by an
     ulp of |s * sm_scale|: at softmax inputs near -1000 (`negative:1000`) the fp16 total
-    attention was 2.4x torch's error on an H100.
-
-    NARROWED: P is rounded to a 16-bit dtype before every use (the fp16/bf16 backward),
-    and the exponent is one FMA in base 2, s * (sm_scale log2 e) - lse log2 e: one
-    instruction per element fewer.  Its extra error, about |s * sm_scale| 2^-24 plus half
-    an ulp of lse log2 e, relative, is 2^-14 at inputs near -1000 and far less at
-    ordinary ones: below the 2^-11 (fp16) or 2^-8 (bf16) rounding P gets next."""
+    attention was 2.4x torch's error on an H100."""
     finite_lse = tl.where(lse == float("-inf"), float("inf"), lse)
-    if NARROWED:
-        p = tl.math.exp2(tl.math.fma(raw, sm_scale * LOG2_E, -(finite_lse * LOG2_E)))
-    else:
-        p = tl.math.exp2(tl.math.fma(raw, sm_scale, -finite_lse) * LOG2_E)
-    return p
+    return tl.math.exp2(tl.math.fma(raw, sm_scale, -finite_lse) * LOG2_E)
 
 
 @triton.jit
 def probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale,
-                  CAUSAL: tl.constexpr, MASKED: tl.constexpr, INTERPRETED: tl.constexpr,
-                  NARROWED: tl.constexpr = False):
+                  CAUSAL: tl.constexpr, MASKED: tl.constexpr, INTERPRETED: tl.constexpr):
     """The [M, N] tile of normalised probabilities P of query tile q and key tile k.
 
     MASKED=False skips the visibility mask: for tiles wholly inside the keys and the
-    causal window.  Query rows past seq_q need no mask either way: their lse reads -inf.
-    NARROWED: see `normalised` (the fp32 total attention keeps the exact exponent)."""
-    p = normalised(raw_scores(q, k, INTERPRETED), lse[:, None], sm_scale, NARROWED)
+    causal window.  Query rows past seq_q need no mask either way: their lse reads -inf."""
+    p = normalised(raw_scores(q, k, INTERPRETED), lse[:, None], sm_scale)
     if MASKED:
         p = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), p, 0.0)
     return p

@@ -90,8 +90,7 @@ def dkdv_over_rows(dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols
         lse = load_row_stat(lse_base, rows, query_rows, float("-inf"))
         delta = load_row_stat(delta_base, rows, query_rows, 0.0)
 
-        p = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, CAUSAL, MASKED, INTERPRETED,
-                          q.dtype != tl.float32)
+        p = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, CAUSAL, MASKED, INTERPRETED)
         dp = value_gradient(do, v, INTERPRETED)
         p_used = p  # the weights as they multiplied V in the forward
         if DROPOUT:
@@ -185,8 +184,7 @@ def dq_over_keys(dq, q, do, lse, delta, k_source, v_source, rows, dims, key_firs
         key_rows = seq_k if MASKED else None  # None: no bound check (blocks.below)
         k = load_rows(k_source, key_start, cols, dims, stride_kn, stride_kd, key_rows, head_dim, DESCRIPTORS)
         v = load_rows(v_source, key_start, cols, dims, stride_vn, stride_vd, key_rows, head_dim, DESCRIPTORS)
-        p = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, CAUSAL, MASKED, INTERPRETED,
-                          q.dtype != tl.float32)
+        p = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, CAUSAL, MASKED, INTERPRETED)
         dp = value_gradient(do, v, INTERPRETED)
         if DROPOUT:
             keep = dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, key_start, BLOCK_N)

@@ -36,14 +36,14 @@ from .blocks import (
 
 
 @triton.jit
-def attend_keys(q, acc, row_max, scaled_max, row_sum, row_sum_error, k_source, v_source, rows, dims,
+def attend_keys(q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims,
                 first_key, key_stop, stride_kn, stride_kd, stride_vn, stride_vd,
                 seq_q, seq_k, head_dim, qk_scale, seed_lo, seed_hi, drop_threshold, batch_head,
                 CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MASKED: tl.constexpr,
                 BLOCK_N: tl.constexpr, STAGES: tl.constexpr, DESCRIPTORS: tl.constexpr,
                 INTERPRETED: tl.constexpr):
     """The online softmax over key tiles [first_key, key_stop): returns the new
-    (acc, row_max, scaled_max, row_sum, row_sum_error).
+    (acc, row_max, row_sum, row_sum_error).
 
     MASKED=False is the off-band part: every tile lies inside the keys and inside every
     row's causal window, so no pair is masked and key rows are loaded without a bound
@@ -57,8 +57,8 @@ def attend_keys(q, acc, row_max, scaled_max, row_sum, row_sum_error, k_source, v
         s = raw_scores(q, k, INTERPRETED)
         if MASKED:
             s = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), s, float("-inf"))
-        p, rescale, row_max, scaled_max, row_sum, row_sum_error = online_softmax_weights(
-            s, row_max, scaled_max, row_sum, row_sum_error, qk_scale)
+        p, rescale, row_max, row_sum, row_sum_error = online_softmax_weights(
+            s, row_max, row_sum, row_sum_error, qk_scale)
 
         v = load_rows(v_source, key_start, cols, dims, stride_vn, stride_vd, key_rows, head_dim, DESCRIPTORS)
         if DROPOUT:
@@ -67,7 +67,7 @@ def attend_keys(q, acc, row_max, scaled_max, row_sum, row_sum_error, k_source, v
         # P is rounded to the input dtype for the tensor-core product, as in
         # every fused attention kernel; the accumulator stays fp32.
         acc = mma(narrow(p, v.dtype, INTERPRETED), v, acc * rescale[:, None], INTERPRETED)
-    return acc, row_max, scaled_max, row_sum, row_sum_error
+    return acc, row_max, row_sum, row_sum_error
 
 
 # Sequence lengths are not specialised on: Triton would otherwise compile a new variant
@@ -103,7 +103,6 @@ def flash_forward_kernel(
     qk_scale = sm_scale * LOG2_E
 
     row_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
-    scaled_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)  # row_max * qk_scale, rounded
     row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
     row_sum_error = tl.zeros((BLOCK_M,), dtype=tl.float32)  # Kahan compensation
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
@@ -112,18 +111,18 @@ def flash_forward_kernel(
     # tail.  The split does not change the order in which tiles are added.
     band_start = off_band_end(block_m * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
     key_end = causal_key_end((block_m + 1) * BLOCK_M, seq_q, seq_k, CAUSAL)
-    acc, row_max, scaled_max, row_sum, row_sum_error = attend_keys(
-        q, acc, row_max, scaled_max, row_sum, row_sum_error, k_source, v_source, rows, dims, 0, band_start,
+    acc, row_max, row_sum, row_sum_error = attend_keys(
+        q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, 0, band_start,
         stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, qk_scale,
         seed_lo, seed_hi, drop_threshold, batch_head, CAUSAL, DROPOUT, False, BLOCK_N, STAGES, DESCRIPTORS,
         INTERPRETED)
-    acc, row_max, scaled_max, row_sum, row_sum_error = attend_keys(
-        q, acc, row_max, scaled_max, row_sum, row_sum_error, k_source, v_source, rows, dims, band_start, key_end,
+    acc, row_max, row_sum, row_sum_error = attend_keys(
+        q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, band_start, key_end,
         stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, qk_scale,
         seed_lo, seed_hi, drop_threshold, batch_head, CAUSAL, DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS,
         INTERPRETED)
 
-    out, lse = finished_rows(acc, row_max, scaled_max, row_sum, sm_scale, qk_scale)
+    out, lse = finished_rows(acc, row_max, row_sum, sm_scale)
     if DROPOUT:
         out = out * keep_scale
     o_base = O + head_offset(batch, head, stride_ob, stride_oh)

@@ -33,16 +33,16 @@ def piecewise_raw_scores(q1, k1, q2, k2, near, INTERPRETED: tl.constexpr):
 
 
 @triton.jit
-def online_softmax_step(s, v, row_max, scaled_max, row_sum, row_sum_error, acc, qk_scale,
+def online_softmax_step(s, v, row_max, row_sum, row_sum_error, acc, qk_scale,
                         INTERPRETED: tl.constexpr):
     """Fold one tile of masked (-inf) unscaled scores s and its values v into the
     online-softmax state (running max, Kahan-compensated running sum, fp32 acc),
     with the flash forward's arithmetic in its order, so a piecewise tile wholly
     inside or outside the band reproduces flash_attention bit for bit."""
-    p, rescale, row_max, scaled_max, row_sum, row_sum_error = online_softmax_weights(
-        s, row_max, scaled_max, row_sum, row_sum_error, qk_scale)
+    p, rescale, row_max, row_sum, row_sum_error = online_softmax_weights(
+        s, row_max, row_sum, row_sum_error, qk_scale)
     acc = mma(narrow(p, v.dtype, INTERPRETED), v, acc * rescale[:, None], INTERPRETED)
-    return row_max, scaled_max, row_sum, row_sum_error, acc
+    return row_max, row_sum, row_sum_error, acc
 
 
 @triton.jit

@@ -60,7 +60,6 @@ def piecewise_forward_kernel(
     qk_scale = sm_scale * LOG2_E
 
     row_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
-    scaled_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
     row_sum_error = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
@@ -74,10 +73,10 @@ def piecewise_forward_kernel(
         s = piecewise_raw_scores(q1, k1, q2, k2, near, INTERPRETED)
         s = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), s, float("-inf"))
         v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
-        row_max, scaled_max, row_sum, row_sum_error, acc = online_softmax_step(
-            s, v, row_max, scaled_max, row_sum, row_sum_error, acc, qk_scale, INTERPRETED)
+        row_max, row_sum, row_sum_error, acc = online_softmax_step(
+            s, v, row_max, row_sum, row_sum_error, acc, qk_scale, INTERPRETED)
 
-    out, lse = finished_rows(acc, row_max, scaled_max, row_sum, sm_scale, qk_scale)
+    out, lse = finished_rows(acc, row_max, row_sum, sm_scale)
     store_tile(O + head_offset(batch, head, stride_ob, stride_oh), out, rows, dims,
                stride_om, stride_od, seq_q, head_dim, INTERPRETED)
     tl.store(LSE + batch_head.to(tl.int64) * seq_q + rows, lse, mask=rows < seq_q)

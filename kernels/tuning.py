@@ -159,12 +159,14 @@ CUDA_LAUNCH = {
 # dO through descriptors (D = 128, 2 stages: 407 / 372; D = 64, 3 stages: 328 / 313); dQ
 # 128x64 with 3 stages, K and V through descriptors (D = 128, 8 warps: 366 / 336, pointers
 # 361 / 329; D = 64, 4 warps: 337 / 325, pointers 323 / 303).
-# Re-measured with unmasked off-band loads and the one-FMA exponent (blocks.below,
-# online_softmax_weights; reports/h100-sm90/tuning/unmasked-fma/), forward, same tiles:
-# D = 64 433 / 393 (was 408-415 / 394-397), D = 128 499-520 / 453-463 (482-485 / 428-445),
-# descriptors still slower (D = 64 412 / 384, D = 128 475-479 / 446-451).  Warp
-# specialization (tl.range(warp_specialize=True), triton 3.6 on sm_90): no gain with 8 warps
-# (D = 128 455 / 438 at 2 stages), and triton's NVGPUWarpSpecialization pass crashes with 4.
+# Re-measured with unmasked off-band loads (blocks.below; reports/h100-sm90/tuning/unmasked-fma/):
+# the same tiles stay best, and descriptors stay slower for the forward (D = 64 412 / 384,
+# D = 128 475-479 / 446-451).  Measured there and not kept: the exponents as one FMA (forward
+# +4-7 %, backward +1-4 %), whose error grows with |score * scale| where the exact forms'
+# grows with the distance to the row max (the property tests' logits at 6.6e4 and 1.7e10
+# failed dQ / dV by 84x / 256x torch's error); warp specialization (tl.range(warp_specialize=
+# True), triton 3.6 on sm_90): no gain with 8 warps (D = 128 455 / 438 at 2 stages), and
+# triton's NVGPUWarpSpecialization pass crashes with 4.
 _HOPPER_FORWARD = table(
     (64, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
     (128, LaunchConfig(128, 128, num_warps=8, num_stages=3)),
