@@ -35,7 +35,8 @@ def summarise(run_dir) -> dict:
     harness = summary.format_env_value("harness", environment["harness"]) if environment.get("harness") else None
     return {"run": run_dir.name, "tier": environment.get("tier"), "harness": harness,
             "device": environment.get("device"), "cases": len(cases), "case_s": round(case_seconds, 1),
-            "wall_s": wall, "cases_per_s": round(len(cases) / (wall or case_seconds), 2) if cases else None}
+            "wall_s": wall, "cases_per_s": round(len(cases) / (wall or case_seconds), 2)
+            if cases and (wall or case_seconds) else None}
 
 
 def _pytest_wall_seconds(log: Path) -> float | None:
@@ -60,8 +61,9 @@ def markdown_lines(throughput: dict) -> list[str]:
     """The report's section on the harness's own speed."""
     timed = throughput.get("wall_s") is not None
     wall = f"{throughput['wall_s']:g} s of wall time" if timed else "wall time not logged"
+    rate = "n/a" if throughput.get("cases_per_s") is None else f"{throughput['cases_per_s']:g}"
     return ["## Harness throughput", "",
             f"The `{throughput.get('tier')}` tier on {throughput.get('device')} (harness "
             f"{throughput.get('harness')}, run folder `{throughput.get('run')}`): {throughput['cases']} cases, "
-            f"{wall}, {throughput['case_s']:g} s of case time; {throughput['cases_per_s']:g} cases per second "
+            f"{wall}, {throughput['case_s']:g} s of case time; {rate} cases per second "
             f"({'by wall time' if timed else 'by case time'}).", ""]

@@ -73,7 +73,7 @@ def measure_all(names: list[str], problem: grid.Problem, direction: str, tensors
     """One results line per implementation (see the module docstring), all timed together
     in interleaved rounds (timing.interleaved_medians), so that none is favoured by the
     GPU's clock state."""
-    lines, calls, warnings = {}, {}, {}
+    lines, calls, torch_warnings = {}, {}, {}
     for name in names:
         lines[name] = _line(name, problem, direction)
         skip = implementations.skip_reason(name, problem, direction, free_bytes)
@@ -87,18 +87,20 @@ def measure_all(names: list[str], problem: grid.Problem, direction: str, tensors
             call()
             return call
         try:
-            calls[name], warnings[name] = implementations.call_recording_warnings(first_call)
+            calls[name], torch_warnings[name] = implementations.call_recording_warnings(first_call)
         except Exception as exc:  # a backend that cannot take this problem, or a failing kernel
             lines[name] = _failed(lines[name], exc, getattr(exc, "torch_warnings", []))
+    # Warnings raised while the implementations take turns cannot be told apart: a failure
+    # there is reported with all of them.
     timed, caught = implementations.call_recording_warnings(lambda: interleaved_medians(calls, policy))
     for name, result in timed.items():
         if isinstance(result, BaseException):
-            lines[name] = _failed(lines[name], result, warnings[name] + caught)
+            lines[name] = _failed(lines[name], result, torch_warnings[name] + caught)
             continue
         try:
             peak = peak_bytes(calls[name])
         except Exception as exc:  # noqa: BLE001
-            lines[name] = _failed(lines[name], exc, warnings[name] + caught)
+            lines[name] = _failed(lines[name], exc, torch_warnings[name] + caught)
             continue
         median, samples = result
         lines[name] = {**lines[name], "median_ms": median, "tflops": grid.tflops(lines[name]["flops"], median),

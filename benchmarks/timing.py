@@ -9,10 +9,11 @@ each between its own pair of CUDA events on the current stream.  The result per
 implementation is the median of its samples.  Why rounds: an H100's clock follows its
 power and temperature, which a long run of one kernel drives and a peer's compilation
 (seconds of idle GPU) relaxes; timed one after another, with one warm-up call and 5-20
-samples in 60 ms, one kernel read 493 and 514 TFLOP/s in the same run, and with 200 ms
-per implementation the kernel timed right after a compilation gained 5-10 %.
-`median_ms(call)` is the same for one implementation. (triton.testing.do_bench works the same way; this loop also returns the
-samples and bounds the repetitions, which keeps the whole grid within minutes.)
+samples in 60 ms, one kernel read 493 and 514 TFLOP/s in the same run; FlexAttention,
+always timed straight after its compilation, read 5-10 % faster than when it took turns
+(reports/h100-sm90/tuning/unmasked-fma/).  (triton.testing.do_bench times one call the
+same way; this loop also returns the samples and bounds the repetitions, which keeps the
+whole grid within minutes.)
 
 `peak_bytes(call)`: torch.cuda.max_memory_allocated() after one call minus
 memory_allocated() before it (peak statistics reset first): the extra memory the
@@ -81,14 +82,6 @@ def interleaved_medians(calls: dict, policy: RepetitionPolicy) -> dict:
                 results[name] = exc
     return {name: samples if isinstance(samples, BaseException) else (statistics.median(samples), samples)
             for name, samples in results.items()}
-
-
-def median_ms(call, policy: RepetitionPolicy) -> tuple[float, list[float]]:
-    """(median milliseconds per call, every timed sample) of one implementation."""
-    result = interleaved_medians({"call": call}, policy)["call"]
-    if isinstance(result, BaseException):
-        raise result
-    return result
 
 
 def peak_bytes(call) -> int:

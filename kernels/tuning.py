@@ -159,9 +159,10 @@ CUDA_LAUNCH = {
 # dO through descriptors (D = 128, 2 stages: 407 / 372; D = 64, 3 stages: 328 / 313); dQ
 # 128x64 with 3 stages, K and V through descriptors (D = 128, 8 warps: 366 / 336, pointers
 # 361 / 329; D = 64, 4 warps: 337 / 325, pointers 323 / 303).
-# Re-measured with unmasked off-band loads (blocks.below; reports/h100-sm90/tuning/unmasked-fma/):
-# the same tiles stay best, and descriptors stay slower for the forward (D = 64 412 / 384,
-# D = 128 475-479 / 446-451).  Measured there and not kept: the exponents as one FMA (forward
+# Re-measured with unmasked off-band loads (blocks.below; reports/h100-sm90/tuning/unmasked-fma/,
+# 1-forward-variants): the same tiles stay best; descriptors slower at D = 64 (389-398 against
+# 412 non-causal) and 2 % faster at D = 128 (472 / 452 against 462 / 445) in one run, within
+# run-to-run noise there, so the forward stays on pointers (not re-judged since).  Measured there and not kept: the exponents as one FMA (forward
 # +4-7 %, backward +1-4 %), whose error grows with |score * scale| where the exact forms'
 # grows with the distance to the row max (the property tests' logits at 6.6e4 and 1.7e10
 # failed dQ / dV by 84x / 256x torch's error); warp specialization (tl.range(warp_specialize=

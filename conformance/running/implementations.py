@@ -112,7 +112,11 @@ class Implementations:
     def uses_bundled_tables(self, op: str) -> bool:
         """Whether `op` launches with the bundled kernels' launch tables (kernels.tuning):
         the bundled kernels and the mutants, which are those kernels with one edit."""
-        return self.is_bundled(op) or self.name(op).startswith(f"{MUTANTS_REGISTRY}:")
+        return self.is_bundled(op) or self.is_mutant(op)
+
+    def is_mutant(self, op: str) -> bool:
+        """Whether `op` runs a mutant: the bundled kernels with one edit, in a package of its own."""
+        return self.name(op).startswith(f"{MUTANTS_REGISTRY}:")
 
     def is_builtin_adapter(self, op: str) -> bool:
         """Whether `op` runs a built-in peer adapter (`sdpa:...`, `flex`), which may refuse a case."""
@@ -174,7 +178,7 @@ class Implementations:
         and their mutants (each mutant's package has its own allocation module)."""
         if self.is_bundled(op):
             return importlib.import_module(BUNDLED_PACKAGE).poisoned_outputs()
-        if self.uses_bundled_tables(op):
+        if self.is_mutant(op):
             package = self.resolve(op).__module__.rpartition(".")[0]
             return importlib.import_module(package).poisoned_outputs()
         return contextlib.nullcontext()
