@@ -201,7 +201,7 @@ def _hip_tile(config: LaunchConfig) -> LaunchConfig:
 
 
 # Untuned on hardware (no AMD card here); chosen from compile-only measurements
-# (gfx942, triton 3.9, causal + dropout): the CUDA tiles with 4 wavefronts compile
+# (gfx942, triton 3.9, causal + dropout): the CUDA tiles with 4 wavefronts compiled
 # without spills except the three overridden below (dkdv fp32 D=256: 132 B per
 # thread; piecewise dkdv fp16 D=128/256: 524/28 B), whose smaller tiles also keep
 # triton 3.2's LDS within 64 KiB on gfx90a (16x32 fp32 dkdv took 80 KiB there).
@@ -214,8 +214,16 @@ def _tile(block_m: int, block_n: int, waves_per_eu: int | None = None) -> Launch
     return LaunchConfig(block_m, block_n, num_warps=4, num_stages=1, waves_per_eu=waves_per_eu)
 
 
+# dK/dV: 32 query rows per step (as the triton tutorial's dK/dV loop has), not 64: with
+# 64x64 the fp16/bf16 kernel spilled vector registers at D = 64 with dropout and at
+# D = 128 (6-13 VGPRs, 44-72 B of scratch per thread, gfx90a/gfx942, triton 3.9 with
+# the unmasked tiles); with 32x64 none of the 64 fp16/bf16 variants spill a vector
+# register on either target.  What scratch remains there (20 B per thread in about a
+# third of them) holds scalar registers: the kernel's ~50 scalar arguments (8 pointers,
+# 24 strides) fill the 102 SGPRs, whatever the tile.
 HIP_LAUNCH = {
     **map_tables(CUDA_LAUNCH, _hip_tile),
+    "bwd_dkdv": table((64, _tile(32, 64)), (128, _tile(32, 64)), (256, _tile(32, 32))),
     "fwd": table((64, _tile(128, 64, 2)), (128, _tile(128, 64)), (256, _tile(64, 32))),
     "fwd.fp32": table((64, _tile(64, 32, 2)), (256, _tile(16, 32))),
     "bwd_dkdv.fp32": table((64, _tile(32, 32)), (128, _tile(32, 16)), (256, _tile(16, 16))),

@@ -5,7 +5,7 @@ import pytest
 
 from conformance.backends import cuda_profile, hip_profile, profile_by_key
 from conformance.cli import main
-from conformance.compile_only import plan, tier
+from conformance.compile_only import plan, resources, tier
 from conformance.compile_only.targets import DEFAULT_TARGETS, parse_targets
 from conformance.compile_only.worker import compile_id, launch_config
 from conformance.judging import verdicts
@@ -85,6 +85,28 @@ def test_verdicts_fail_over_a_limit_and_only_report_spills():
     failed = tier.results_line(compiled_event(error={"reason": "CompilationError: at 3:4", "traceback": "..."}), sm86)
     assert (failed["verdict"], failed["reason"]) == (verdicts.ERROR, "CompilationError: at 3:4")
     assert CONTRACT_FIELDS <= set(passed)
+
+
+AMD_METADATA = """
+    .name:           dkdv_kernel
+    .private_segment_fixed_size: 20
+    .sgpr_count:     104
+    .sgpr_spill_count: 116
+    .vgpr_count:     207
+    .vgpr_spill_count: 0
+    .agpr_count:     0
+"""
+
+
+def test_amd_resources_say_which_registers_the_scratch_holds():
+    assert resources._hip_usage(AMD_METADATA) == {"registers": 207, "spills_bytes": 20,
+                                                  "spilled_registers": {"vgpr": 0, "sgpr": 116}}
+    line = tier.results_line({**compiled_event(**resources._hip_usage(AMD_METADATA)),
+                              "id": "compile.bwd_dkdv[hip:gfx90a,fp16,d16,causal]"}, hip_profile("gfx90a"))
+    assert line["verdict"] == verdicts.PASS and line["spilled_registers"] == {"vgpr": 0, "sgpr": 116}
+    assert line["reason"] == "spills 20 B per thread (0 vector, 116 scalar registers spilled) (reported, not a failure)"
+    older = AMD_METADATA.replace("    .vgpr_spill_count: 0\n", "")  # a compiler that does not say
+    assert "spilled_registers" not in resources._hip_usage(older)
 
 
 def test_a_compiler_that_kills_its_worker_becomes_an_error_and_the_rest_carries_on(monkeypatch):

@@ -6,7 +6,11 @@ backend): REG is registers per thread, LOCAL the local memory per thread in byte
 which is where ptxas spills (what triton itself reports as n_spills on a GPU).
 AMD: the code object's metadata in the amdgcn assembly: .vgpr_count (+ .agpr_count,
 the accumulation registers of CDNA) per work-item, .private_segment_fixed_size the
-scratch bytes per work-item (spills).  Shared memory is triton's own figure
+scratch bytes per work-item (spills), and .vgpr_spill_count / .sgpr_spill_count how many
+vector and scalar registers were spilled.  The two kinds cost differently: scalar
+registers spill first into lanes of a vector register (no memory traffic) and reach
+scratch only in small amounts, vector registers spill to scratch per work-item, inside
+the loops.  Shared memory is triton's own figure
 (metadata.shared), the amount a launch requests and triton checks against the device.
 """
 
@@ -50,12 +54,15 @@ def _hip_usage(assembly: str) -> dict:
     vgprs = _amd_field(assembly, "vgpr_count")
     if vgprs is None:
         return {"measure_note": "no .vgpr_count in the code object metadata"}
+    spilled = {kind: _amd_field(assembly, f"{kind}_spill_count") for kind in ("vgpr", "sgpr")}
     return {"registers": vgprs + (_amd_field(assembly, "agpr_count") or 0),
-            "spills_bytes": _amd_field(assembly, "private_segment_fixed_size")}
+            "spills_bytes": _amd_field(assembly, "private_segment_fixed_size"),
+            **({"spilled_registers": spilled} if None not in spilled.values() else {})}
 
 
 def usage(compiled, backend: str) -> dict:
-    """registers, spills_bytes, shared_bytes (and measure_note where one is unknown)."""
+    """registers, spills_bytes, shared_bytes (and measure_note where one is unknown);
+    on AMD also spilled_registers: {"vgpr": n, "sgpr": n}."""
     facts = {"registers": None, "spills_bytes": None, "shared_bytes": compiled.metadata.shared}
     if backend == "cuda" and "cubin" in compiled.asm:
         facts.update(_cuda_usage(compiled.asm["cubin"]))

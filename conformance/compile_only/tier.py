@@ -129,6 +129,14 @@ def run_chunk(profile: BackendProfile, calls: list, cache_dir: str) -> ChunkOutc
                                               "error": {"reason": reason, "traceback": stderr[-4000:]}}
 
 
+def _spilled_kinds(spilled: dict | None) -> str:
+    """Which registers the scratch bytes hold, where the compiler says (AMD): a few bytes of
+    scalar spills are cheap, vector spills inside the loops are not."""
+    if not spilled:
+        return ""
+    return f" ({spilled['vgpr']} vector, {spilled['sgpr']} scalar registers spilled)"
+
+
 def judge(line: dict, profile: BackendProfile, measure_note: str | None) -> tuple[str, str]:
     """pass/fail of a compiled kernel against the target's limits, and why.  A launch
     table's configuration over a limit fails (the kernels would not launch); a sweep's
@@ -143,7 +151,8 @@ def judge(line: dict, profile: BackendProfile, measure_note: str | None) -> tupl
         over.append(f"{registers} registers per thread over the {budget} a block of "
                     f"{line['config'].get('num_warps')} warps can have")
     if line["spills_bytes"]:
-        remarks.append(f"spills {line['spills_bytes']:,} B per thread (reported, not a failure)")
+        remarks.append(f"spills {line['spills_bytes']:,} B per thread{_spilled_kinds(line.get('spilled_registers'))} "
+                       "(reported, not a failure)")
     if measure_note:
         remarks.append(measure_note)
     if over and "cfg=" in line["case"]:
@@ -160,7 +169,9 @@ def results_line(event: dict, profile: BackendProfile) -> dict:
         "kernel": event.get("kernel"), "dtype": event.get("dtype"), "head_dim": event.get("head_dim"),
         "config": config, "registers": event.get("registers"),
         "register_budget": profile.register_budget(config["num_warps"]) if "num_warps" in config else None,
-        "spills_bytes": event.get("spills_bytes"), "shared_bytes": event.get("shared_bytes"),
+        "spills_bytes": event.get("spills_bytes"),
+        **({"spilled_registers": event["spilled_registers"]} if event.get("spilled_registers") else {}),
+        "shared_bytes": event.get("shared_bytes"),
         "shared_limit_bytes": profile.shared_memory_bytes, "compile_s": event.get("compile_s"),
     }
     if event.get("error"):
