@@ -9,6 +9,7 @@ from conformance.compile_only import plan, resources, tier
 from conformance.compile_only.targets import DEFAULT_TARGETS, parse_targets
 from conformance.compile_only.worker import compile_id, launch_config
 from conformance.judging import verdicts
+from conformance.running.results import read_env, read_results
 
 CONTRACT_FIELDS = {"kind", "case", "verdict", "reason", "duration_s", "backend", "target", "kernel", "dtype",
                    "head_dim", "config", "registers", "spills_bytes", "shared_bytes", "shared_limit_bytes",
@@ -135,6 +136,25 @@ def test_a_worker_dying_between_compiles_is_an_error_line(monkeypatch):
     (line,) = [tier.results_line(event, cuda_profile((8, 0))) for event in outcome.results.values()]
     assert line["case"] == "compile.worker[cuda:sm_80,fp32,d64]" and line["verdict"] == verdicts.ERROR
     assert "the worker exited with code 1: ImportError" in line["reason"]
+
+
+def test_an_interrupted_run_keeps_the_chunks_it_finished_and_shows_progress(monkeypatch, tmp_path, capsys):
+    chunks = []
+
+    def fake_chunk(profile, calls, cache_dir):
+        chunks.append(calls)
+        if len(chunks) == 3:
+            raise KeyboardInterrupt  # the user stops the run during the third chunk
+        case = f"compile.fwd[{profile.key},fp16,d{len(chunks)}]"
+        return tier.ChunkOutcome(results={case: {**compiled_event(), "id": case}})
+
+    monkeypatch.setattr(tier, "run_chunk", fake_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        tier.run("sm_80", str(tmp_path / "run"), scope="full", workers=1)
+    kept = read_results(tmp_path / "run")
+    assert [line["case"] for line in kept] == ["compile.fwd[cuda:sm_80,fp16,d1]", "compile.fwd[cuda:sm_80,fp16,d2]"]
+    assert "unfinished" in read_env(tmp_path / "run")["compile_notes"][0]
+    assert "compile: 2/" in capsys.readouterr().err
 
 
 def test_one_real_compile_for_sm_80(tmp_path):

@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -189,17 +190,39 @@ def _order(line: dict, profiles: list[BackendProfile]) -> tuple:
     return keys.index(line["target"]), dtype, line["head_dim"] or 0, kernel, line["case"]
 
 
-def compile_targets(profiles: list[BackendProfile], scope: str, workers: int) -> tuple[list[dict], list[str]]:
-    """Results lines (in a stable order) and the run's notes, for every target."""
+def compile_targets(profiles: list[BackendProfile], scope: str, workers: int,
+                    on_chunk=None) -> tuple[list[dict], list[str]]:
+    """Results lines (in a stable order) and the run's notes, for every target.
+    `on_chunk(lines, done, total)` hears each chunk's new lines as it finishes."""
     work = [(profile, calls) for profile in profiles for calls in plan.chunks(profile, scope)]
     lines, notes = {}, set()
     with tempfile.TemporaryDirectory(prefix="fa-compile-") as cache_dir, ThreadPoolExecutor(workers) as pool:
-        for (profile, _), outcome in zip(work, pool.map(lambda item: run_chunk(*item, cache_dir), work)):
-            for case_id, event in outcome.results.items():
-                lines.setdefault(case_id, results_line(event, profile))
+        outcomes = pool.map(lambda item: run_chunk(*item, cache_dir), work)
+        for done, ((profile, _), outcome) in enumerate(zip(work, outcomes), start=1):
+            fresh = [results_line(event, profile) for case_id, event in outcome.results.items() if case_id not in lines]
+            lines.update((line["case"], line) for line in fresh)
             notes |= outcome.notes
             notes |= {f"{profile.key}: skipped {call}: {reason}" for call, reason in outcome.skipped.items()}
+            if on_chunk is not None:
+                on_chunk(fresh, done, len(work))
     return sorted(lines.values(), key=lambda line: _order(line, profiles)), sorted(notes)
+
+
+class _Progress:
+    """Writes each finished chunk's lines to the run folder at once (an interrupted run
+    keeps them) and a progress line to stderr."""
+
+    def __init__(self, writer: ResultsWriter):
+        self.writer, self.started, self.checks, self.bad = writer, time.perf_counter(), 0, 0
+
+    def __call__(self, lines: list[dict], done: int, total: int) -> None:
+        for line in lines:
+            self.writer.append(line)
+        self.checks += len(lines)
+        self.bad += sum(line["verdict"] in (verdicts.FAIL, verdicts.ERROR) for line in lines)
+        elapsed = time.perf_counter() - self.started
+        print(f"compile: {done}/{total} chunks, {self.checks} checks ({self.bad} fail or error), "
+              f"{elapsed / 60:.1f} min", file=sys.stderr, flush=True)
 
 
 def environment(profiles: list[BackendProfile], scope: str, notes: list[str], wall_s: float) -> dict:
@@ -220,10 +243,12 @@ def run(targets: str, out_dir: str | None = None, scope: str = "full", workers: 
     profiles = parse_targets(targets)
     plan.chunks(profiles[0], scope)  # rejects an unknown scope before any work
     started = time.perf_counter()
-    lines, notes = compile_targets(profiles, scope, workers or os.cpu_count() or 1)
     run_dir = Path(out_dir) if out_dir else default_run_dir("compile")
+    partial = ResultsWriter(run_dir, environment(profiles, scope, ["unfinished (running, or interrupted): the results of the chunks done so far"], 0.0))
+    lines, notes = compile_targets(profiles, scope, workers or os.cpu_count() or 1, _Progress(partial))
+    partial.close()
     writer = ResultsWriter(run_dir, environment(profiles, scope, notes, time.perf_counter() - started))
-    for line in lines:
+    for line in lines:  # the whole run again, in its stable order
         writer.append(line)
     writer.close()
     lines, env = read_results(run_dir), read_env(run_dir)  # reports are rebuilt from the files
