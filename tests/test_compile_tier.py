@@ -106,6 +106,10 @@ def test_amd_resources_say_which_registers_the_scratch_holds():
                               "id": "compile.bwd_dkdv[hip:gfx90a,fp16,d16,causal]"}, hip_profile("gfx90a"))
     assert line["verdict"] == verdicts.PASS and line["spilled_registers"] == {"vgpr": 0, "sgpr": 116}
     assert line["reason"] == "spills 20 B per thread (0 vector, 116 scalar registers spilled) (reported, not a failure)"
+    into_registers = tier.results_line({**line, "event": "result", "id": line["case"], "spills_bytes": 0,
+                                        "spilled_registers": {"vgpr": 12, "sgpr": 0}}, hip_profile("gfx90a"))
+    assert into_registers["reason"] == ("12 vector registers spilled into other registers, no scratch "
+                                        "(reported, not a failure)")
     older = AMD_METADATA.replace("    .vgpr_spill_count: 0\n", "")  # a compiler that does not say
     assert "spilled_registers" not in resources._hip_usage(older)
 

@@ -151,8 +151,12 @@ def judge(line: dict, profile: BackendProfile, measure_note: str | None) -> tupl
     if registers is not None and budget is not None and registers > budget:
         over.append(f"{registers} registers per thread over the {budget} a block of "
                     f"{line['config'].get('num_warps')} warps can have")
+    spilled = line.get("spilled_registers") or {}
     if line["spills_bytes"]:
-        remarks.append(f"spills {line['spills_bytes']:,} B per thread{_spilled_kinds(line.get('spilled_registers'))} "
+        remarks.append(f"spills {line['spills_bytes']:,} B per thread{_spilled_kinds(spilled)} "
+                       "(reported, not a failure)")
+    elif spilled.get("vgpr"):  # CDNA spills vector registers into its accumulation registers first
+        remarks.append(f"{spilled['vgpr']} vector registers spilled into other registers, no scratch "
                        "(reported, not a failure)")
     if measure_note:
         remarks.append(measure_note)
