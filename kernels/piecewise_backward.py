@@ -28,9 +28,64 @@ from .blocks import (
 )
 from .piecewise_blocks import (
     band_part,
+    far_keys_end,
+    far_rows_start,
+    load_pieces,
+    near_keys_start,
     near_pairs,
-    piecewise_raw_scores,
+    near_rows_end,
+    part_scores,
 )
+
+
+@triton.jit
+def dkdv_piece(dk1, dk2, dv, k1, k2, v, q1_base, q2_base, do_base, lse_base, delta_base, cols, dims,
+               first_row, row_stop, stride_q1m, stride_q1d, stride_q2m, stride_q2d, stride_dom, stride_dod,
+               seq_q, seq_k, head_dim, dist_threshold, sm_scale,
+               CAUSAL: tl.constexpr, PART: tl.constexpr, BLOCK_M: tl.constexpr, INTERPRETED: tl.constexpr):
+    """dK1, dK2, dV of one key tile, summed over the query tiles [first_row, row_stop),
+    all of one PART."""
+    for row_start in range(first_row, row_stop, BLOCK_M):
+        rows = row_start + tl.arange(0, BLOCK_M)
+        q1, q2 = load_pieces(q1_base, q2_base, rows, dims, stride_q1m, stride_q1d, stride_q2m, stride_q2d,
+                             seq_q, head_dim, PART)
+        do = load_tile(do_base, rows, dims, stride_dom, stride_dod, seq_q, head_dim)
+        lse = load_row_stat(lse_base, rows, seq_q, float("-inf"))
+        delta = load_row_stat(delta_base, rows, seq_q, 0.0)
+
+        near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
+        s = part_scores(q1, k1, q2, k2, near, PART, INTERPRETED)
+        p = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), normalised(s, lse[:, None], sm_scale), 0.0)
+        dv = mma(tl.trans(narrow(p, do.dtype, INTERPRETED)), do, dv, INTERPRETED)
+        ds = score_gradient(p, do, v, delta, INTERPRETED)
+        if PART != "far":
+            dk1 = mma(tl.trans(band_part(ds, near, True, PART, q1.dtype, INTERPRETED)), q1, dk1, INTERPRETED)
+        if PART != "near":
+            dk2 = mma(tl.trans(band_part(ds, near, False, PART, q2.dtype, INTERPRETED)), q2, dk2, INTERPRETED)
+    return dk1, dk2, dv
+
+
+@triton.jit
+def dq_piece(dq1, dq2, q1, q2, do, lse, delta, k1_base, k2_base, v_base, rows, dims, first_key, key_stop,
+             stride_k1n, stride_k1d, stride_k2n, stride_k2d, stride_vn, stride_vd,
+             seq_q, seq_k, head_dim, dist_threshold, sm_scale,
+             CAUSAL: tl.constexpr, PART: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRETED: tl.constexpr):
+    """dQ1, dQ2 of one query tile, summed over the key tiles [first_key, key_stop), all
+    of one PART."""
+    for key_start in range(first_key, key_stop, BLOCK_N):
+        cols = key_start + tl.arange(0, BLOCK_N)
+        k1, k2 = load_pieces(k1_base, k2_base, cols, dims, stride_k1n, stride_k1d, stride_k2n, stride_k2d,
+                             seq_k, head_dim, PART)
+        v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
+        near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
+        s = part_scores(q1, k1, q2, k2, near, PART, INTERPRETED)
+        p = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), normalised(s, lse[:, None], sm_scale), 0.0)
+        ds = score_gradient(p, do, v, delta, INTERPRETED)
+        if PART != "far":
+            dq1 = mma(band_part(ds, near, True, PART, k1.dtype, INTERPRETED), k1, dq1, INTERPRETED)
+        if PART != "near":
+            dq2 = mma(band_part(ds, near, False, PART, k2.dtype, INTERPRETED), k2, dq2, INTERPRETED)
+    return dq1, dq2
 
 
 @triton.jit(do_not_specialize=["dist_threshold", "num_heads", "num_kv_heads", "group_size",
@@ -65,30 +120,29 @@ def piecewise_dkdv_kernel(
     dk2 = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
 
+    # Query tiles near the whole key tile, then those the threshold crosses, then far ones.
     query_start = causal_query_start(col_start, seq_q, seq_k, BLOCK_M, CAUSAL)
+    near_end = tl.minimum(near_rows_end(col_start, seq_q, seq_k, dist_threshold, query_start, BLOCK_M), seq_q)
+    far_start = far_rows_start(col_start + BLOCK_N, seq_q, seq_k, dist_threshold, near_end, BLOCK_M)
     for member in range(0, group_size):
         head = kv_head * group_size + member
         q1_base = Q1 + head_offset(batch, head, stride_q1b, stride_q1h)
         q2_base = Q2 + head_offset(batch, head, stride_q2b, stride_q2h)
         do_base = DO + head_offset(batch, head, stride_dob, stride_doh)
         stats = (batch * num_heads + head).to(tl.int64) * seq_q
-        for row_start in range(query_start, seq_q, BLOCK_M):
-            rows = row_start + tl.arange(0, BLOCK_M)
-            q1 = load_tile(q1_base, rows, dims, stride_q1m, stride_q1d, seq_q, head_dim)
-            q2 = load_tile(q2_base, rows, dims, stride_q2m, stride_q2d, seq_q, head_dim)
-            do = load_tile(do_base, rows, dims, stride_dom, stride_dod, seq_q, head_dim)
-            lse = load_row_stat(LSE + stats, rows, seq_q, float("-inf"))
-            delta = load_row_stat(DELTA + stats, rows, seq_q, 0.0)
-
-            near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
-            s = piecewise_raw_scores(q1, k1, q2, k2, near, INTERPRETED)
-            p = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), normalised(s, lse[:, None], sm_scale), 0.0)
-            dv = mma(tl.trans(narrow(p, do.dtype, INTERPRETED)), do, dv, INTERPRETED)
-            ds = score_gradient(p, do, v, delta, INTERPRETED)
-            dk1 = mma(tl.trans(band_part(ds, near, True, q1.dtype, INTERPRETED)), q1, dk1,
-                      INTERPRETED)
-            dk2 = mma(tl.trans(band_part(ds, near, False, q2.dtype, INTERPRETED)), q2, dk2,
-                      INTERPRETED)
+        dk1, dk2, dv = dkdv_piece(
+            dk1, dk2, dv, k1, k2, v, q1_base, q2_base, do_base, LSE + stats, DELTA + stats, cols, dims,
+            query_start, near_end, stride_q1m, stride_q1d, stride_q2m, stride_q2d, stride_dom, stride_dod,
+            seq_q, seq_k, head_dim, dist_threshold, sm_scale, CAUSAL, "near", BLOCK_M, INTERPRETED)
+        dk1, dk2, dv = dkdv_piece(
+            dk1, dk2, dv, k1, k2, v, q1_base, q2_base, do_base, LSE + stats, DELTA + stats, cols, dims,
+            near_end, tl.minimum(far_start, seq_q), stride_q1m, stride_q1d, stride_q2m, stride_q2d,
+            stride_dom, stride_dod, seq_q, seq_k, head_dim, dist_threshold, sm_scale, CAUSAL, "both", BLOCK_M,
+            INTERPRETED)
+        dk1, dk2, dv = dkdv_piece(
+            dk1, dk2, dv, k1, k2, v, q1_base, q2_base, do_base, LSE + stats, DELTA + stats, cols, dims,
+            far_start, seq_q, stride_q1m, stride_q1d, stride_q2m, stride_q2d, stride_dom, stride_dod,
+            seq_q, seq_k, head_dim, dist_threshold, sm_scale, CAUSAL, "far", BLOCK_M, INTERPRETED)
 
     grads = head_offset(batch, kv_head, stride_gb, stride_gh)
     store_tile(DK1 + grads, dk1 * sm_scale, cols, dims, stride_gn, stride_gd, seq_k, head_dim, INTERPRETED)
@@ -134,18 +188,20 @@ def piecewise_dq_kernel(
     dq1 = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     dq2 = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
 
+    # Far key tiles, then those the threshold crosses, then near ones (as the forward).
     key_end = causal_key_end(row_start + BLOCK_M, seq_q, seq_k, CAUSAL)
-    for key_start in range(0, key_end, BLOCK_N):
-        cols = key_start + tl.arange(0, BLOCK_N)
-        k1 = load_tile(k1_base, cols, dims, stride_k1n, stride_k1d, seq_k, head_dim)
-        k2 = load_tile(k2_base, cols, dims, stride_k2n, stride_k2d, seq_k, head_dim)
-        v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
-        near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
-        s = piecewise_raw_scores(q1, k1, q2, k2, near, INTERPRETED)
-        p = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), normalised(s, lse[:, None], sm_scale), 0.0)
-        ds = score_gradient(p, do, v, delta, INTERPRETED)
-        dq1 = mma(band_part(ds, near, True, k1.dtype, INTERPRETED), k1, dq1, INTERPRETED)
-        dq2 = mma(band_part(ds, near, False, k2.dtype, INTERPRETED), k2, dq2, INTERPRETED)
+    far_end = tl.minimum(far_keys_end(row_start, seq_q, seq_k, dist_threshold, BLOCK_N), key_end)
+    near_start = near_keys_start(row_start + BLOCK_M, seq_q, seq_k, dist_threshold, far_end, BLOCK_N)
+    dq1, dq2 = dq_piece(dq1, dq2, q1, q2, do, lse, delta, k1_base, k2_base, v_base, rows, dims, 0, far_end,
+                        stride_k1n, stride_k1d, stride_k2n, stride_k2d, stride_vn, stride_vd,
+                        seq_q, seq_k, head_dim, dist_threshold, sm_scale, CAUSAL, "far", BLOCK_N, INTERPRETED)
+    dq1, dq2 = dq_piece(dq1, dq2, q1, q2, do, lse, delta, k1_base, k2_base, v_base, rows, dims,
+                        far_end, tl.minimum(near_start, key_end),
+                        stride_k1n, stride_k1d, stride_k2n, stride_k2d, stride_vn, stride_vd,
+                        seq_q, seq_k, head_dim, dist_threshold, sm_scale, CAUSAL, "both", BLOCK_N, INTERPRETED)
+    dq1, dq2 = dq_piece(dq1, dq2, q1, q2, do, lse, delta, k1_base, k2_base, v_base, rows, dims, near_start, key_end,
+                        stride_k1n, stride_k1d, stride_k2n, stride_k2d, stride_vn, stride_vd,
+                        seq_q, seq_k, head_dim, dist_threshold, sm_scale, CAUSAL, "near", BLOCK_N, INTERPRETED)
 
     grads = head_offset(batch, head, stride_gb, stride_gh)
     store_tile(DQ1 + grads, dq1 * sm_scale, rows, dims, stride_gm, stride_gd, seq_q, head_dim, INTERPRETED)

@@ -1,8 +1,8 @@
 """Piecewise attention forward: one program per (query block, batch x head).
 
-The flash forward's online softmax, with each tile's scores selected per pair
-from q1 . k1 (signed distance below the threshold) or q2 . k2 (at or above
-it).  The log-normalizer is stored for the backward pass.
+The flash forward's online softmax, with each tile's scores q1 . k1 (signed
+distance below the threshold), q2 . k2 (at or above it), or both selected per pair
+where the threshold crosses the tile (piecewise_blocks: a loop per kind).  The log-normalizer is stored for the backward pass.
 """
 
 import triton
@@ -20,10 +20,33 @@ from .blocks import (
     visible,
 )
 from .piecewise_blocks import (
+    far_keys_end,
+    load_pieces,
+    near_keys_start,
     near_pairs,
     online_softmax_step,
-    piecewise_raw_scores,
+    part_scores,
 )
+
+
+@triton.jit
+def attend_piece(q1, q2, acc, row_max, row_sum, row_sum_error, k1_base, k2_base, v_base, rows, dims,
+                 first_key, key_stop, stride_k1n, stride_k1d, stride_k2n, stride_k2d, stride_vn, stride_vd,
+                 seq_q, seq_k, head_dim, dist_threshold, qk_scale,
+                 CAUSAL: tl.constexpr, PART: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRETED: tl.constexpr):
+    """The online softmax over the key tiles [first_key, key_stop), all of one PART:
+    returns the new (acc, row_max, row_sum, row_sum_error)."""
+    for key_start in range(first_key, key_stop, BLOCK_N):
+        cols = key_start + tl.arange(0, BLOCK_N)
+        k1, k2 = load_pieces(k1_base, k2_base, cols, dims, stride_k1n, stride_k1d, stride_k2n, stride_k2d,
+                             seq_k, head_dim, PART)
+        near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
+        s = part_scores(q1, k1, q2, k2, near, PART, INTERPRETED)
+        s = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), s, float("-inf"))
+        v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
+        row_max, row_sum, row_sum_error, acc = online_softmax_step(
+            s, v, row_max, row_sum, row_sum_error, acc, qk_scale, INTERPRETED)
+    return acc, row_max, row_sum, row_sum_error
 
 
 # Sizes (and the threshold) are not specialised on: one compile per shape family.
@@ -64,17 +87,24 @@ def piecewise_forward_kernel(
     row_sum_error = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
 
+    # Far tiles, then the tiles the threshold crosses, then near ones: the order in which
+    # tiles are added is that of one loop over all of them.
     key_end = causal_key_end(row_start + BLOCK_M, seq_q, seq_k, CAUSAL)
-    for key_start in range(0, key_end, BLOCK_N):
-        cols = key_start + tl.arange(0, BLOCK_N)
-        k1 = load_tile(k1_base, cols, dims, stride_k1n, stride_k1d, seq_k, head_dim)
-        k2 = load_tile(k2_base, cols, dims, stride_k2n, stride_k2d, seq_k, head_dim)
-        near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
-        s = piecewise_raw_scores(q1, k1, q2, k2, near, INTERPRETED)
-        s = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), s, float("-inf"))
-        v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
-        row_max, row_sum, row_sum_error, acc = online_softmax_step(
-            s, v, row_max, row_sum, row_sum_error, acc, qk_scale, INTERPRETED)
+    far_end = tl.minimum(far_keys_end(row_start, seq_q, seq_k, dist_threshold, BLOCK_N), key_end)
+    near_start = near_keys_start(row_start + BLOCK_M, seq_q, seq_k, dist_threshold, far_end, BLOCK_N)
+    acc, row_max, row_sum, row_sum_error = attend_piece(
+        q1, q2, acc, row_max, row_sum, row_sum_error, k1_base, k2_base, v_base, rows, dims, 0, far_end,
+        stride_k1n, stride_k1d, stride_k2n, stride_k2d, stride_vn, stride_vd,
+        seq_q, seq_k, head_dim, dist_threshold, qk_scale, CAUSAL, "far", BLOCK_N, INTERPRETED)
+    acc, row_max, row_sum, row_sum_error = attend_piece(
+        q1, q2, acc, row_max, row_sum, row_sum_error, k1_base, k2_base, v_base, rows, dims,
+        far_end, tl.minimum(near_start, key_end),
+        stride_k1n, stride_k1d, stride_k2n, stride_k2d, stride_vn, stride_vd,
+        seq_q, seq_k, head_dim, dist_threshold, qk_scale, CAUSAL, "both", BLOCK_N, INTERPRETED)
+    acc, row_max, row_sum, row_sum_error = attend_piece(
+        q1, q2, acc, row_max, row_sum, row_sum_error, k1_base, k2_base, v_base, rows, dims, near_start, key_end,
+        stride_k1n, stride_k1d, stride_k2n, stride_k2d, stride_vn, stride_vd,
+        seq_q, seq_k, head_dim, dist_threshold, qk_scale, CAUSAL, "near", BLOCK_N, INTERPRETED)
 
     out, lse = finished_rows(acc, row_max, row_sum, sm_scale)
     store_tile(O + head_offset(batch, head, stride_ob, stride_oh), out, rows, dims,
