@@ -191,6 +191,16 @@ HOPPER_LAUNCH = {
         (128, LaunchConfig(128, 64, num_warps=8, num_stages=3, descriptors=True)),
         CUDA_LAUNCH["bwd_dq"].rows[-1],
     ),
+    # piecewise dK/dV at D <= 128 in one stage: with its near, crossing and far query loops
+    # (piecewise_blocks), the general table's 32x64 tile with 2 stages gave wrong dK1/dK2 on
+    # an H100 (triton 3.6; 8 or 4 warps; ratios 4.6-348 in the standard and long tiers,
+    # 1 of 12 cases passing on a re-run) while the interpreter's results were bit for bit
+    # those of the selecting path; 1 stage, and 64x64 with 2 stages, passed all 12.
+    "piecewise_bwd_dkdv": table(
+        CUDA_LAUNCH["piecewise_bwd_dkdv"].rows[0],
+        (128, LaunchConfig(32, 64, num_warps=8, num_stages=1)),
+        CUDA_LAUNCH["piecewise_bwd_dkdv"].rows[-1],
+    ),
 }
 
 def _hip_tile(config: LaunchConfig) -> LaunchConfig:
