@@ -6,8 +6,6 @@ import math
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 
 from conformance.backends import activate, cuda_profile
 
@@ -16,9 +14,8 @@ PROFILE = activate()  # must precede `import kernels` (sets TRITON_INTERPRET=1 o
 from conformance.bundled import kernels  # noqa: E402
 from conformance.bundled.kernels import launch as kernels_launch  # noqa: E402
 from conformance.bundled.kernels import piecewise as kernels_piecewise  # noqa: E402
-from conformance.bundled.kernels import piecewise_backward as kernels_backward  # noqa: E402
-from conformance.bundled.kernels import piecewise_forward as kernels_forward  # noqa: E402
 from conformance.judging.rule import floor, judge, max_abs_error  # noqa: E402
+from benchmarks.piecewise_split import selecting_path_swaps  # noqa: E402
 from conformance.bundled.kernels.piecewise import piecewise_attention  # noqa: E402
 from conformance.bundled.reference import MATCHED, REFERENCE, attention_forward  # noqa: E402
 from conformance.bundled.reference.chunking import DEFAULT_MAX_CHUNK_BYTES  # noqa: E402
@@ -358,26 +355,6 @@ def test_reference_argument_errors(mutate, error, match):
         piecewise_forward(*args, threshold)
 
 
-@triton.jit
-def _no_far_keys(row_start, seq_q, seq_k, dist_threshold, BLOCK_N: tl.constexpr):
-    return row_start * 0
-
-
-@triton.jit
-def _no_near_keys(row_end, seq_q, seq_k, dist_threshold, far_end, BLOCK_N: tl.constexpr):
-    return seq_k + BLOCK_N
-
-
-@triton.jit
-def _no_near_rows(col_start, seq_q, seq_k, dist_threshold, first_row, BLOCK_M: tl.constexpr):
-    return first_row
-
-
-@triton.jit
-def _no_far_rows(col_end, seq_q, seq_k, dist_threshold, near_end, BLOCK_M: tl.constexpr):
-    return seq_q + BLOCK_M
-
-
 @pytest.mark.skipif(not PROFILE.interpreted, reason="swaps the kernels' helpers, which only the interpreter looks up late")
 @pytest.mark.parametrize("sq,sk,threshold,causal", [(130, 130, 3, True), (45, 130, 80, False), (200, 77, 40, True)])
 def test_one_product_tiles_equal_the_selecting_path(monkeypatch, sq, sk, threshold, causal):
@@ -385,10 +362,7 @@ def test_one_product_tiles_equal_the_selecting_path(monkeypatch, sq, sk, thresho
     every tile through the selecting path (both products) gives."""
     xs = make_inputs(seed=sq + threshold, h=4, hkv=2, sq=sq, sk=sk, d=16, dtype=torch.float16)
     split = run_kernel(*xs, threshold, causal)
-    swaps = ((kernels_forward, "far_keys_end", _no_far_keys), (kernels_forward, "near_keys_start", _no_near_keys),
-             (kernels_backward, "far_keys_end", _no_far_keys), (kernels_backward, "near_keys_start", _no_near_keys),
-             (kernels_backward, "near_rows_end", _no_near_rows), (kernels_backward, "far_rows_start", _no_far_rows))
-    for module, name, helper in swaps:
+    for module, name, helper in selecting_path_swaps():
         monkeypatch.setattr(module, name, helper, raising=True)
     selecting = run_kernel(*xs, threshold, causal)
     for name, a, b in zip(("out",) + GRADS, split, selecting):
