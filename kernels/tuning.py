@@ -238,6 +238,9 @@ HIP_LAUNCH = {
     "fwd.fp32": table((64, _tile(64, 32, 2)), (256, _tile(16, 32))),
     "bwd_dkdv.fp32": table((64, _tile(32, 32)), (128, _tile(32, 16)), (256, _tile(16, 16))),
     "piecewise_bwd_dkdv": table((64, _tile(32, 32)), (128, _tile(32, 32)), (256, _tile(16, 16))),
+    # piecewise dQ with its near, crossing and far key loops: 32x64 at D = 128 filled the
+    # 512 VGPRs (gfx942 fp16 spilled 31, 128 B of scratch); 32x32 takes 272-325, no spill.
+    "piecewise_bwd_dq": table((64, _tile(64, 32)), (128, _tile(32, 32)), (256, _tile(32, 16))),
 }
 
 # RDNA runs 32-wide waves with at most 256 VGPRs each: 8 waves keep the 256 threads
