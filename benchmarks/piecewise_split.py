@@ -25,6 +25,11 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
+ROOT = Path(__file__).resolve().parents[1]
+# Run as a script from a clone: make the clone's `conformance` importable (as flash_benchmark.py does).
+if not __package__ and (ROOT / "conformance").is_dir() and str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
 MODES = ("split", "selecting", "split")
 SHAPES = [(seq, head_dim, causal) for seq in (4096, 8192) for head_dim in (64, 128) for causal in (False, True)]
 
@@ -68,7 +73,7 @@ def use_selecting_path() -> None:
 def measure(mode: str) -> list[dict]:
     import torch
 
-    from benchmarks.timing import RepetitionPolicy, interleaved_medians
+    from conformance.bundled.benchmarks.timing import RepetitionPolicy, interleaved_medians
     from conformance.bundled import kernels
 
     if mode == "selecting":
@@ -132,7 +137,7 @@ def main() -> int:
     if args.out:
         out.mkdir(parents=True, exist_ok=True)
         for index, mode in enumerate(MODES, start=1):
-            result = subprocess.run([sys.executable, "-m", "benchmarks.piecewise_split", "--mode", mode],
+            result = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--mode", mode],
                                     capture_output=True, text=True, check=True)
             (out / f"mode-{index}-{mode}.jsonl").write_text(result.stdout)
     table = render(out)

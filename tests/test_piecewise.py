@@ -15,7 +15,7 @@ from conformance.bundled import kernels  # noqa: E402
 from conformance.bundled.kernels import launch as kernels_launch  # noqa: E402
 from conformance.bundled.kernels import piecewise as kernels_piecewise  # noqa: E402
 from conformance.judging.rule import floor, judge, max_abs_error  # noqa: E402
-from benchmarks.piecewise_split import selecting_path_swaps  # noqa: E402
+from conformance.bundled.benchmarks.piecewise_split import selecting_path_swaps  # noqa: E402
 from conformance.bundled.kernels.piecewise import piecewise_attention  # noqa: E402
 from conformance.bundled.reference import MATCHED, REFERENCE, attention_forward  # noqa: E402
 from conformance.bundled.reference.chunking import DEFAULT_MAX_CHUNK_BYTES  # noqa: E402
