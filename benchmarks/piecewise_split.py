@@ -3,7 +3,7 @@ crossing and near tiles in loops of their own, one score product on one-kind til
 against the same kernels with every tile sent through the selecting path (both
 products, as before the split), which is what swapping the region helpers gives.
 
-    python benchmarks/piecewise_split.py --out DIR        # both modes, a process each
+    python benchmarks/piecewise_split.py --out DIR        # both modes, a process each; env.json
     python benchmarks/piecewise_split.py --render DIR     # the table again
 
 Each mode runs in a process of its own (triton compiles a kernel once per process, with
@@ -73,16 +73,17 @@ def use_selecting_path() -> None:
 def measure(mode: str) -> list[dict]:
     import torch
 
-    from conformance.bundled.benchmarks.timing import RepetitionPolicy, interleaved_medians
     from conformance.bundled import kernels
+    from conformance.bundled.benchmarks import grid
+    from conformance.bundled.benchmarks.timing import RepetitionPolicy, interleaved_medians
 
     if mode == "selecting":
         use_selecting_path()
     lines = []
     for seq, head_dim, causal in SHAPES:
-        batch, heads = 32768 // seq, 2048 // head_dim
-        q1, k1, q2, k2, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.float16,
-                                         requires_grad=True) for _ in range(5))
+        problem = grid.Problem.sized("fp16", head_dim, causal, seq)
+        q1, k1, q2, k2, v = (torch.randn(problem.shape, device="cuda", dtype=torch.float16, requires_grad=True)
+                             for _ in range(5))
         threshold = seq // 8
         def forward():
             with torch.no_grad():
@@ -92,13 +93,24 @@ def measure(mode: str) -> list[dict]:
         grad_out = torch.randn_like(out)
         backward = lambda: torch.autograd.grad(out, (q1, k1, q2, k2, v), grad_out, retain_graph=True)  # noqa: E731
         timed = interleaved_medians({"fwd": forward, "bwd": backward}, RepetitionPolicy())
-        flops = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
-        for direction, scale in (("fwd", 1.0), ("bwd", 2.5)):
+        for direction in grid.DIRECTIONS:
             median_ms = timed[direction][0]
             lines.append({"mode": mode, "seq": seq, "head_dim": head_dim, "causal": causal, "threshold": threshold,
                           "direction": direction, "median_ms": median_ms,
-                          "tflops": flops * scale / median_ms / 1e9})
+                          "tflops": grid.tflops(problem.flops(direction), median_ms)})
     return lines
+
+
+def write_environment(out: Path) -> None:
+    """env.json: the machine, torch and triton the modes run on (the harness's fingerprint)."""
+    from conformance import backends
+    from conformance.running.environment import command_line, fingerprint
+    from conformance.running.results import write_env
+
+    env = fingerprint(backends.activate(), tier=None, command=command_line(),
+                      implementations={"bundled": "kernels:piecewise_attention"})
+    env["benchmark"] = {"modes": list(MODES), "shapes": "benchmarks/grid.py (Problem.sized), fp16, threshold S / 8"}
+    write_env(out, env)
 
 
 def render(out: Path) -> str:
@@ -136,6 +148,7 @@ def main() -> int:
         parser.error("--out or --render is required")
     if args.out:
         out.mkdir(parents=True, exist_ok=True)
+        write_environment(out)
         for index, mode in enumerate(MODES, start=1):
             result = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--mode", mode],
                                     capture_output=True, text=True, check=True)

@@ -95,7 +95,8 @@ def hip_profile(arch: str) -> BackendProfile:
             "Launch tables are untuned on hardware: CUDA tiles with 4 wavefronts and one stage, "
             "waves_per_eu 2 on the forward up to D=64, dK/dV tiles of 32 query rows, chosen by the "
             "compile-only tier so that no fp16/bf16 kernel spills a vector register to scratch "
-            "(some backward kernels keep 20-36 B of scratch for scalar registers).",
+            "(some backward kernels keep a little scratch for scalar registers: the compile-only "
+            "report says how much).",
             *facts.notes,
             *(() if facts.warp_size == 64 else (
                 "RDNA launch tables spill registers (0.5-4.5 KB per thread at D=128/256, gfx1100, "

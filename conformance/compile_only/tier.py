@@ -248,7 +248,8 @@ def run(targets: str, out_dir: str | None = None, scope: str = "full", workers: 
     plan.chunks(profiles[0], scope)  # rejects an unknown scope before any work
     started = time.perf_counter()
     run_dir = Path(out_dir) if out_dir else default_run_dir("compile")
-    partial = ResultsWriter(run_dir, environment(profiles, scope, ["unfinished (running, or interrupted): the results of the chunks done so far"], 0.0))
+    unfinished = ["unfinished (running, or interrupted): the results of the chunks done so far"]
+    partial = ResultsWriter(run_dir, environment(profiles, scope, unfinished, 0.0))
     lines, notes = compile_targets(profiles, scope, workers or os.cpu_count() or 1, _Progress(partial))
     partial.close()
     writer = ResultsWriter(run_dir, environment(profiles, scope, notes, time.perf_counter() - started))
