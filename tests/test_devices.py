@@ -7,7 +7,9 @@ import pytest
 from conformance import backends
 from conformance.running import plugin
 from conformance.running.devices import device_for_worker, pin_xdist_worker, record_device, xdist_worker_number
-from conformance.running.run_options import xdist_workers
+from conformance.running import parallelism
+from conformance.running.parallelism import plan_workers
+from conformance.running.run_options import distribution_mode, worker_plan_text, xdist_workers
 from tests.test_cli import run_cli
 
 
@@ -92,13 +94,51 @@ def test_lines_of_gpu_runs_record_their_device(monkeypatch):
     assert record_device({"case": "x"}, "cpu") == {"case": "x"}
 
 
-def test_n_auto_means_one_worker_per_gpu(monkeypatch):
+class _FakeCuda:
+    """torch.cuda as far as the worker plan asks: `count` GPUs of `memory_gib` each."""
+
+    def __init__(self, count: int, memory_gib: int):
+        self.count, self.memory = count, memory_gib * 2**30
+
+    def is_available(self):
+        return True
+
+    def device_count(self):
+        return self.count
+
+    def get_device_properties(self, index):
+        assert 0 <= index < self.count
+        return type("Properties", (), {"total_memory": self.memory})()
+
+
+@pytest.mark.parametrize("gpus, memory_gib, cores, per_gpu, limit", [
+    (1, 80, 16, 8, "cores"),     # the H100 machine: 16 cores, 2 per worker
+    (1, 80, 64, 8, "cap"),       # plenty of cores: the cap
+    (8, 141, 128, 8, "cores"),   # 8 H200s: 128 cores, 8 each, 64 in all
+    (1, 24, 32, 3, "memory"),    # a 24 GiB card: 8 GiB per worker
+    (2, 80, 8, 2, "cores"),      # 8 cores for 2 GPUs
+    (4, 16, 4, 1, "cores"),      # never fewer than one per GPU
+])
+def test_the_worker_plan_takes_the_tightest_limit(gpus, memory_gib, cores, per_gpu, limit):
+    plan = plan_workers(gpus, memory_gib * 2**30, cores)
+    assert (plan.per_gpu, plan.workers, plan.limit) == (per_gpu, per_gpu * gpus, limit)
+    assert f"{plan.workers} workers, {per_gpu} per GPU" in plan.describe()
+
+
+def test_gpu_runs_default_to_the_worker_plan_and_n_overrides_it(monkeypatch):
     import torch
 
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
-    assert xdist_workers("auto", backends.profile_by_key("cuda:sm_90")) == 8
-    assert xdist_workers("auto", backends.profile_by_key("interpreter")) == "auto"  # one per core
-    assert xdist_workers(3, backends.profile_by_key("cuda:sm_90")) == 3
+    fake = _FakeCuda(count=2, memory_gib=80)
+    for name in ("is_available", "device_count", "get_device_properties"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    monkeypatch.setattr(parallelism, "_usable_cores", lambda: 32)
+    gpu, cpu = backends.profile_by_key("cuda:sm_90"), backends.profile_by_key("interpreter")
+    assert xdist_workers(None, gpu) == xdist_workers("auto", gpu) == 16  # 8 per GPU (cores: 32 / 2)
+    assert xdist_workers(3, gpu) == 3 and xdist_workers(1, gpu) == 1
+    assert xdist_workers("auto", cpu) == "auto" and xdist_workers(None, cpu) is None  # one per core; none
+    assert "16 workers, 8 per GPU on 2 GPUs" in worker_plan_text(None, gpu)
+    assert worker_plan_text(None, cpu) is None
+    assert distribution_mode(1) == [] and distribution_mode(None) == []
 
 
 def test_n_auto_on_the_cpu(tmp_path):

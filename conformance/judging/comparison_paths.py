@@ -36,6 +36,7 @@ from conformance.judging import bad_inputs
 from conformance.cases.catalog import Case
 from conformance.cases.inputs import Inputs
 from conformance.judging.operators import Operator
+from conformance import phases
 
 
 class ComparisonPaths(NamedTuple):
@@ -46,24 +47,30 @@ class ComparisonPaths(NamedTuple):
     gradient_noise: object  # reference.GradientNoise of a backward case, else None
 
 
-def comparison_paths(case: Case, op: Operator, inputs: Inputs, replay) -> ComparisonPaths:
+def comparison_paths(case: Case, op: Operator, inputs: Inputs, replay,
+                     timer: phases.PhaseClock = phases.NO_CLOCK) -> ComparisonPaths:
     """The reference and both torch paths of `case` (see the module doc); `replay` is the
-    kernel's dropout replay or None."""
+    kernel's dropout replay or None; `timer` gets the seconds of the reference, the torch
+    paths and the noise estimates (conformance.phases)."""
     dropout = replay.as_reference() if replay is not None else None
     tensors, regions = inputs.detached(), {}
-    if case.bad_input is not None:
-        tensors = bad_inputs.replaced(case, inputs.tensors, bad_inputs.CLEAN_VALUE)
-        probe = bad_inputs.replaced(case, inputs.tensors, bad_inputs.PROBE_VALUE)
-        regions = bad_inputs.regions(case, op.torch_path(case, tensors, inputs.do, REFERENCE, dropout),
-                                     op.torch_path(case, probe, inputs.do, REFERENCE, dropout))
-    reference = op.torch_path(case, tensors, inputs.do, REFERENCE, dropout)
+    with timer.phase("reference"):
+        if case.bad_input is not None:
+            tensors = bad_inputs.replaced(case, inputs.tensors, bad_inputs.CLEAN_VALUE)
+            probe = bad_inputs.replaced(case, inputs.tensors, bad_inputs.PROBE_VALUE)
+            regions = bad_inputs.regions(case, op.torch_path(case, tensors, inputs.do, REFERENCE, dropout),
+                                         op.torch_path(case, probe, inputs.do, REFERENCE, dropout))
+        reference = op.torch_path(case, tensors, inputs.do, REFERENCE, dropout)
     if replay is not None:
         replay.counting = False  # the keep rate is counted over one precision's passes
-    natural = op.torch_path(case, tensors, inputs.do, MATCHED, dropout)
-    reversed_d = _with_head_dim_reversed(op, case, tensors, inputs.do, dropout)
+    with timer.phase("torch_paths"):
+        natural = op.torch_path(case, tensors, inputs.do, MATCHED, dropout)
+        reversed_d = _with_head_dim_reversed(op, case, tensors, inputs.do, dropout)
     paths = {name: (natural[name], reversed_d[name]) for name in natural}
-    noise = op.delta_noise(case, tensors, inputs.do, dropout) if case.direction == "bwd" else None
-    return ComparisonPaths(reference, paths, regions, op.term_sizes(case, tensors), noise)
+    with timer.phase("noise"):
+        noise = op.delta_noise(case, tensors, inputs.do, dropout) if case.direction == "bwd" else None
+        term_sizes = op.term_sizes(case, tensors)
+    return ComparisonPaths(reference, paths, regions, term_sizes, noise)
 
 
 def _with_head_dim_reversed(op: Operator, case: Case, tensors: dict, do, dropout) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from conformance.judging import verdicts
-from conformance.reporting import compile_time
+from conformance.reporting import compile_time, time_breakdown
 from conformance.reporting import configurations, devices, localized, markdown, merge, pictures, summary
 from conformance.reporting.diff import MARKERS
 
@@ -195,7 +195,7 @@ def render(env: dict, lines: list[dict]) -> str:
              _optional("Launch configurations", *configurations.configuration_table(lines),
                        mono=("configuration", "first failure / why not run")),
              _compile(lines), _optional("Unsupported", *summary.unsupported_table(lines), mono=("first",)),
-             _environment(env)]
+             _optional(time_breakdown.TITLE, *time_breakdown.phase_table(env, lines)), _environment(env)]
     return page(title, body)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from conformance.reporting import compile_time
+from conformance.reporting import compile_time, time_breakdown
 from conformance.reporting import configurations, devices, localized, merge, summary
 
 RULE_TEXT = "Rule: kernel_err <= 2 x max(torch_err, floor) for every tensor."
@@ -116,6 +116,14 @@ def configuration_section(lines: list[dict]) -> list[str]:
             table(headers, rows), ""]
 
 
+def time_section(env: dict, lines: list[dict]) -> list[str]:
+    headers, rows = time_breakdown.phase_table(env, lines)
+    if not rows:
+        return []
+    return [f"## {time_breakdown.TITLE}", "", time_breakdown.__doc__.split("\n\n")[1].replace("\n", " "), "",
+            table(headers, rows), ""]
+
+
 def render(env: dict, lines: list[dict]) -> str:
     """The whole Markdown report of one run."""
     parts = ["# Conformance report", "", headline(lines), ""]
@@ -139,4 +147,5 @@ def render(env: dict, lines: list[dict]) -> str:
     parts += configuration_section(lines)
     parts += compile_section(lines)
     parts += _optional_section("Unsupported", *summary.unsupported_table(lines), "first")
+    parts += time_section(env, lines)
     return "\n".join(parts).rstrip() + "\n"

@@ -150,7 +150,7 @@ def totals_table(lines: list[dict]) -> tuple[list[str], list[list]]:
 def environment_rows(env: dict) -> list[list[str]]:
     keys = [key for key in ENV_ORDER if key in env]
     keys += [key for key in env if key not in ENV_ORDER
-             and key not in ("profile_notes", "capabilities", "machines", "merge_warnings")]
+             and key not in ("profile_notes", "capabilities", "machines", "merge_warnings", "timing")]
     return [[key, format_env_value(key, env[key])] for key in keys]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from conformance.reporting import compile_time
+from conformance.reporting import compile_time, time_breakdown
 from conformance.reporting import configurations, devices, localized, merge, summary
 
 
@@ -37,6 +37,8 @@ def render(env: dict, lines: list[dict]) -> str:
     known issues, unsupported reasons, then every line that fails the run."""
     out = [f"Conformance on {env.get('backend', '?')} ({env.get('device', '?')}): {summary.totals_text(lines)}", ""]
     out += [f"MERGE WARNING: {warning}" for warning in env.get("merge_warnings") or []]
+    if time_breakdown.summary_text(env, lines):
+        out += [time_breakdown.summary_text(env, lines), ""]
     out += _optional_table("merged runs", *merge.machine_table(env))
     out += _optional_table("implementations", *summary.implementation_table(env, lines))
     out += _optional_table("cases per GPU", *devices.gpu_table(env, lines))

@@ -15,7 +15,7 @@ from conformance.running.selection import of_ops, recorded_lines, refined
 from conformance.cases.tiers import select
 from conformance.judging import verdicts
 from conformance.judging.verdicts import run_failed
-from conformance.running import run_options
+from conformance.running import run_options, triton_cache
 from conformance.running.implementations import Implementations
 from conformance.running.configurations import cost_estimate
 from conformance.running.plugin import SUITE_PATH
@@ -102,8 +102,12 @@ def _run_selection(args) -> tuple[dict, backends.BackendProfile, list]:
 def command_run(args) -> int:
     _, profile, cases = _run_selection(args)
     out_dir = Path(args.resume or args.out or default_run_dir(profile.key))
+    workers = run_options.xdist_workers(args.workers, profile)
+    if run_options.worker_plan_text(args.workers, profile):
+        print(f"conformance: {run_options.worker_plan_text(args.workers, profile)}", flush=True)
+    print(f"conformance: Triton cache {triton_cache.use_shared_cache()}", flush=True)
     if any(case.config for case in cases):
-        print(cost_estimate(cases, profile, run_options.xdist_workers(args.workers, profile)), flush=True)
+        print(cost_estimate(cases, profile, workers), flush=True)
 
     import pytest
 

@@ -153,6 +153,14 @@ class _Worker:
         self.log.close()
 
 
+def with_isolation_time(line: dict, round_trip_s: float) -> dict:
+    """The worker's line with `phases.isolation`: what the round trip cost beyond the case
+    itself (starting a worker when one was needed, the pipes, reading the reply)."""
+    phases = line.setdefault("phases", {})
+    phases["isolation"] = round(max(0.0, round_trip_s - (line.get("duration_s") or 0.0)), 4)
+    return line
+
+
 class IsolatedRunner:
     """Runs cases in a worker process; `run` always returns a results line.
 
@@ -181,7 +189,7 @@ class IsolatedRunner:
             self._discard()
         if "harness_error" in reply:
             return self.error_line(case, reply["harness_error"]["reason"], reply["harness_error"]["traceback"])
-        return reply["line"]
+        return with_isolation_time(reply["line"], time.perf_counter() - started)
 
     def _ready_worker(self) -> _Worker:
         if self._worker is not None and not self._worker.alive():

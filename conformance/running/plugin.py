@@ -34,24 +34,21 @@ from conformance import backends
 from conformance.cases.catalog import Case
 from conformance.pytest_plugin import ADD_CATALOG, SWITCHES
 from conformance.cases.distributions import parse_optional
-from conformance.running.selection import recorded_ids, recorded_lines, resumed_env, resumed_selection, selected_cases
+from conformance.running.selection import recorded_ids, resumed_selection, selected_cases
 from conformance.judging import verdicts
 from conformance.judging.verdicts import error_fields
-from conformance.probing.attribution import with_backend_fault
-from conformance.probing.probe_runs import run_probes
-from conformance.probing.probes import is_probe_line
-from conformance.reporting.report import format_ratio, render_run
+from conformance.reporting.report import format_ratio
 from conformance.running.devices import pin_xdist_worker, record_device
-from conformance.running.environment import command_line, fingerprint
 from conformance.running.implementations import Implementations, reproduce_command
+from conformance.running import triton_cache
 from conformance.running.isolation import DEFAULT_TIMEOUT_S, IsolatedRunner
-from conformance.running.results import ResultsWriter, default_run_dir, from_json, to_json
+from conformance.running.recorder import RESULT_PROPERTY, SUITE_FILE, ResultsRecorder, result_line
+from conformance.running.results import ResultsWriter, default_run_dir, to_json
 from conformance.running.run_options import SELECTION_ARGUMENTS
 from conformance.running.runner import base_line, distribution_args, run_case
 
-SUITE_PATH = Path(__file__).resolve().parent.parent / "suite.py"
+SUITE_PATH = Path(__file__).resolve().parent.parent / SUITE_FILE
 SUITE_NODEID = f"{SUITE_PATH.parent.name}/{SUITE_PATH.name}"  # conformance/suite.py, wherever it is installed
-RESULT_PROPERTY = "conformance_result"
 pytest_plugins = ["conformance.pytest_plugin"]  # the options, wherever this plugin is registered from
 
 
@@ -179,8 +176,16 @@ def pytest_configure(config):
     device_index = pin_xdist_worker(worker_id, selection["backend"], backends.interpreter_requested())
     config.stash[_STATE] = _state_from_options(config, selection, device_index)
     config.addinivalue_line("markers", "conformance: a conformance catalog case")
-    if not hasattr(config, "workerinput"):  # xdist workers only run items
-        config.pluginmanager.register(ResultsRecorder(config.stash[_STATE]), "conformance-recorder")
+    if not hasattr(config, "workerinput"):  # xdist workers only run items (and inherit the cache folder)
+        triton_cache.use_shared_cache()
+        recorder = ResultsRecorder(config.stash[_STATE], workers=xdist_worker_count(config))
+        config.pluginmanager.register(recorder, "conformance-recorder")
+
+
+def xdist_worker_count(config) -> int:
+    """How many processes run cases: pytest-xdist's -n (1 without xdist)."""
+    count = getattr(config.option, "numprocesses", None)
+    return count if isinstance(count, int) and count > 0 else 1
 
 
 def pytest_unconfigure(config):
@@ -288,25 +293,6 @@ def failure_message(line: dict) -> str:
     return "\n".join(parts)
 
 
-def result_line(report) -> dict | None:
-    """The results line a report carries, if any."""
-    for name, value in getattr(report, "user_properties", ()):
-        if name == RESULT_PROPERTY:
-            return from_json(value)
-    return None
-
-
-def case_of_nodeid(nodeid: str) -> Case | None:
-    """The case a conformance node id names (`.../suite.py::<case id>`), else None."""
-    path, separator, name = nodeid.rpartition("::")
-    if not separator or Path(path).name != SUITE_PATH.name:
-        return None
-    try:
-        return Case.from_id(name)
-    except ValueError:
-        return None
-
-
 _TEST_STATUS = {
     verdicts.PASS: ("passed", ".", {"green": True}),
     verdicts.FAIL: ("failed", "F", {"red": True}),
@@ -330,65 +316,3 @@ def pytest_report_teststatus(report, config):
     if line.get("worst_ratio") is not None:
         word += f" {format_ratio(line['worst_ratio'])}"
     return category, letter, (word, markup)
-
-
-class ResultsRecorder:
-    """Writes results lines and the final report; lives in the reporting process only."""
-
-    def __init__(self, state: ConformanceState):
-        self.state = state
-        self.probe_lines: list[dict] = []
-
-    def _record(self, line: dict) -> None:
-        state = self.state
-        if state.writer is None:
-            env = fingerprint(state.profile, tier=state.tier, implementations=state.implementations.describe(),
-                              command=command_line())
-            env["selection"] = state.selection
-            declarations = state.implementations.declarations()
-            if declarations:
-                env["capabilities"] = declarations
-            if state.resuming:
-                env = resumed_env(state.run_dir(), env)
-            state.writer = ResultsWriter(state.run_dir(), env, append=state.resuming)
-            self._record_probes()
-        state.writer.append(with_backend_fault(line, self.probe_lines))
-        state.recorded.add(line["case"])
-
-    def _record_probes(self) -> None:
-        """The primitive probes, run here (the reporting process) and written before any case;
-        a resumed run keeps those its folder already holds."""
-        if self.state.resuming:
-            self.probe_lines = [line for line in recorded_lines(self.state.run_dir()) if is_probe_line(line)]
-            if self.probe_lines:
-                return
-        self.probe_lines = run_probes(self.state.profile, backend_option=self.state.backend_option)
-        for probe_line in self.probe_lines:
-            self.state.writer.append(probe_line)
-
-    def pytest_runtest_logreport(self, report):
-        line = result_line(report) or self._line_for_lost_case(report)
-        if line is not None and line["case"] not in self.state.recorded:
-            self._record(line)
-
-    def _line_for_lost_case(self, report) -> dict | None:
-        """An error line for a conformance item that failed without producing a line."""
-        case = case_of_nodeid(report.nodeid)
-        if case is None or report.passed or report.when not in ("setup", "call", "???"):
-            return None
-        last_line = (report.longreprtext.strip().splitlines() or [""])[-1]
-        if report.when == "???":  # pytest-xdist's report for a worker that died mid-case
-            reason = f"process crashed: {last_line}"
-        else:
-            reason = f"no result ({report.when} failed): {last_line}"
-        return self.state.error_line(case, reason, report.longreprtext[-4000:])
-
-    def pytest_terminal_summary(self, terminalreporter):
-        if self.state.writer is None:
-            return
-        terminalreporter.write_sep("=", "conformance summary")
-        terminalreporter.write(render_run(self.state.run_dir()))
-
-    def pytest_unconfigure(self, config):
-        if self.state.writer is not None:
-            self.state.writer.close()

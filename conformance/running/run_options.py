@@ -11,7 +11,8 @@
     --case-timeout S          per-case limit of isolated runs; default 300 s on GPUs, 600 s on the CPU
     --check-determinism/--no-check-determinism
                               launch forwards twice, compare bits (conformance.judging.determinism); default: on for GPUs
-    -n N|auto                 pytest-xdist workers; `auto` is one per GPU on a GPU, one per core otherwise
+    -n N|auto                 pytest-xdist workers; on a GPU, none or `auto` is several per GPU
+                              (conformance.running.parallelism); on the CPU `auto` is one per core
 
 The plugin reads the same choices from its `--conformance-*` options.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 
+from conformance.running.parallelism import gpu_plan
 from conformance.running.selection import DEFAULTS, resumed_selection
 
 # selection key -> (attribute of the parsed `run` arguments, plugin option)
@@ -71,7 +73,8 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--check-determinism", action=argparse.BooleanOptionalAction, default=None,
                      help="launch every forward twice and fail it if the bits differ (default: on for GPUs)")
     run.add_argument("-n", dest="workers", type=workers, metavar="N",
-                     help="pytest-xdist worker processes, or auto (one per GPU on a GPU)")
+                     help="pytest-xdist worker processes, or auto (default on a GPU: several per GPU, "
+                          "from its memory and the host's cores; on the CPU: one per core)")
 
 
 def selection_of(args) -> dict:
@@ -98,13 +101,40 @@ def plugin_arguments(args, profile) -> list[str]:
     if args.case_timeout is not None:
         arguments += ["--conformance-case-timeout", str(args.case_timeout)]
     count = xdist_workers(args.workers, profile)
-    return arguments + (["-n", str(count)] if count else [])
+    return arguments + (["-n", str(count), *distribution_mode(count)] if count else [])
 
 
 def xdist_workers(requested, profile):
-    """-n for pytest: `auto` on a GPU profile is the number of visible GPUs (one worker each)."""
-    if requested != "auto" or profile.device != "cuda":
+    """-n for pytest. On a GPU profile with a GPU present, none or `auto` means the worker
+    plan (conformance.running.parallelism: several workers per GPU); a number is kept. On
+    the CPU: what was asked (`auto` is pytest-xdist's, one per core; none, no xdist)."""
+    if profile.device != "cuda":
         return requested
     import torch
 
-    return max(1, torch.cuda.device_count())
+    if not torch.cuda.is_available():  # a GPU profile named on a machine without one
+        return 1 if requested == "auto" else requested
+    return gpu_plan(requested).workers
+
+
+def worker_plan_text(requested, profile) -> str | None:
+    """The worker plan of a GPU run, as printed at its start; None on the CPU."""
+    if profile.device != "cuda":
+        return None
+    import torch
+
+    return gpu_plan(requested).describe() if torch.cuda.is_available() else None
+
+
+def distribution_mode(count) -> list[str]:
+    """How pytest-xdist hands out cases: by work stealing where it can (pytest-xdist >= 3.2),
+    so that the slow cases at the end of a tier do not wait behind a worker's backlog."""
+    if count in (None, 0, 1):
+        return []
+    try:
+        from importlib.metadata import version
+
+        major, minor = (int(part) for part in version("pytest-xdist").split(".")[:2])
+    except Exception:
+        return []
+    return ["--dist", "worksteal"] if (major, minor) >= (3, 2) else []

@@ -34,6 +34,7 @@ from conformance.judging.rule import BOUND, compare_tensor
 from conformance.judging.verdicts import error_fields
 from conformance.reporting import summary
 from conformance.robustness import known_issues
+from conformance import phases
 from conformance.running import configurations
 from conformance.running.capabilities import NotSupported
 from conformance.running.environment import triton_version
@@ -85,6 +86,8 @@ def run_case(case: Case, profile, implementations: Implementations, *,
     `compile_s` and `compilations`: the part of that time spent compiling (compile_fields).
     """
     started = time.perf_counter()
+    phases.install_compile_timer()
+    timer = phases.PhaseClock(profile.device)
     clock = compile_clock(implementations, case.op)
     clock_before = clock.reading() if clock is not None else None
     implementation = implementations.name(case.op)
@@ -98,7 +101,8 @@ def run_case(case: Case, profile, implementations: Implementations, *,
     if unsupported:
         line.update(verdict=verdicts.UNSUPPORTED, rule_verdict=verdicts.UNSUPPORTED, reason=unsupported)
     else:
-        line.update(_judge(case, profile.device, implementations, check_determinism, distribution))
+        with phases.measuring(timer):
+            line.update(_judge(case, profile.device, implementations, check_determinism, distribution, timer))
     if line["rule_verdict"] == verdicts.UNSUPPORTED:
         line["verdict"] = verdicts.UNSUPPORTED
     else:
@@ -112,6 +116,7 @@ def run_case(case: Case, profile, implementations: Implementations, *,
     if clock is not None:
         line.update(compile_fields(clock_before, clock.reading()))
     line["duration_s"] = round(time.perf_counter() - started, 4)
+    line["phases"] = timer.record(line["duration_s"])
     return line
 
 
@@ -148,10 +153,12 @@ def distribution_args(distribution: Distribution | None) -> list[str]:
 
 
 def _judge(case: Case, device: str, implementations: Implementations, check_determinism: bool = False,
-           distribution: Distribution | None = None) -> dict:
-    """rule_verdict, reason, tensors and worst_ratio (plus traceback on error, `deterministic` if checked)."""
+           distribution: Distribution | None = None, timer: phases.PhaseClock = phases.NO_CLOCK) -> dict:
+    """rule_verdict, reason, tensors and worst_ratio (plus traceback on error, `deterministic` if checked);
+    `timer` gets the seconds of each phase (conformance.phases)."""
     op = OPERATORS[case.op]
-    inputs = make_inputs(case, device, op.inputs, distribution)
+    with timer.phase("inputs"):
+        inputs = make_inputs(case, device, op.inputs, distribution)
     check_determinism = check_determinism and case.direction == "fwd"
     try:
         function = implementations.resolve(case.op)
@@ -160,11 +167,13 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
         return {"rule_verdict": verdicts.ERROR, **error_fields(exc, prefix="importing the implementation: ")}
     launch = _Launch(case, op, inputs, function, implementations, device, seed_offset=mask_function is not None)
     try:
-        returned = launch.run()
+        with timer.phase("launch"):
+            returned = launch.run()
         kernel = returned.tensors
         if check_determinism:
-            kernel = determinism.snapshot(kernel)
-            differing = determinism.differing_tensors(kernel, launch.run().tensors)
+            with timer.phase("determinism"):
+                kernel = determinism.snapshot(kernel)
+                differing = determinism.differing_tensors(kernel, launch.run().tensors)
         replay = dropout_replay(case, function, returned.seed_offset, mask_function)
     except NotSupported as refusal:  # a built-in peer adapter refused before launching
         return {"rule_verdict": verdicts.UNSUPPORTED, "reason": str(refusal)}
@@ -178,17 +187,20 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
     except TypeError as exc:  # no way to replay its dropout mask
         return {"rule_verdict": verdicts.ERROR, **error_fields(exc)}
     convention = {"return_convention": returned.convention} if returned.convention else {}
-    paths = comparison_paths(case, op, inputs, replay)
+    paths = comparison_paths(case, op, inputs, replay, timer)
     contract_problem = _contract_problem(case, kernel, paths.reference)
     if contract_problem:
         return {"rule_verdict": verdicts.ERROR, "reason": f"{CONTRACT_PREFIX}{contract_problem}", **convention}
     noise = paths.gradient_noise
-    tensors = [compare_tensor(name, kernel[name], paths.torch_paths[name], ref, expected_dtype(case, name),
-                              bad_input=paths.bad_input_regions.get(name), term_size=paths.term_sizes.get(name, 0.0),
-                              delta_noise=noise.stored_output.get(name, 0.0) if noise else 0.0,
-                              accumulator_noise=noise.accumulator.get(name, 0.0) if noise else 0.0)
-               for name, ref in paths.reference.items()]
-    _diagnose(case, tensors, kernel, paths, inputs, implementations.uses_bundled_tables(case.op))
+    with timer.phase("judging"):
+        tensors = [compare_tensor(name, kernel[name], paths.torch_paths[name], ref, expected_dtype(case, name),
+                                  bad_input=paths.bad_input_regions.get(name),
+                                  term_size=paths.term_sizes.get(name, 0.0),
+                                  delta_noise=noise.stored_output.get(name, 0.0) if noise else 0.0,
+                                  accumulator_noise=noise.accumulator.get(name, 0.0) if noise else 0.0)
+                   for name, ref in paths.reference.items()]
+    with timer.phase("diagnosis"):
+        _diagnose(case, tensors, kernel, paths, inputs, implementations.uses_bundled_tables(case.op))
     verdict, reason = _rule_verdict(tensors)
     extra = {"dropout_keep_rate": replay.keep_rate()} if replay is not None else {}
     if replay is not None and verdict == verdicts.PASS and replay.rate_problem():
