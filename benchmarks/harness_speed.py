@@ -1,0 +1,93 @@
+"""The harness's own speed, as a benchmark: cases per second of a tier, recorded so that
+a regression shows in the numbers (`nox -s harness_speed`).
+
+    python benchmarks/harness_speed.py [--tier auto] [--out DIR] [--label L] [-- RUN ARGS...]
+
+Runs `python -m conformance run --tier TIER --out DIR/<label>` (the backend's default
+tier: smoke on the CPU interpreter, standard on a GPU; the arguments after `--` go to
+`run`, e.g. `-- -n 1`), then appends one JSON line to DIR/harness_speed.jsonl --
+tier, device, workers, cases, wall seconds, cases per second, Triton compilation
+(cold/cached seconds) and the largest phases (conformance.phases) -- and rewrites
+DIR/harness_speed.md, one row per recorded run. The verdicts are not this script's
+business: a failing case is timed like a passing one, and the run's own exit code is
+recorded beside the figures.
+
+Nothing here is a pass/fail threshold: speed goals are read off the table, not asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script from a checkout
+    sys.path.insert(0, str(ROOT))
+
+from tabulate import tabulate  # noqa: E402
+
+from conformance.reporting.time_breakdown import phase_totals  # noqa: E402
+from conformance.running.results import read_env, read_results  # noqa: E402
+
+RECORDS = "harness_speed.jsonl"
+TABLE = "harness_speed.md"
+HEADERS = ["label", "tier", "device", "revision", "workers", "cases", "wall s", "cases/s",
+           "compile cold s", "compile cached s", "largest phases", "exit"]
+
+
+def record(run_dir: pathlib.Path, label: str, exit_code: int) -> dict:
+    """The figures of one finished run folder."""
+    env, lines = read_env(run_dir), read_results(run_dir)
+    cases, phases = phase_totals(lines)
+    timing = env.get("timing") or {}
+    wall = timing.get("wall_s")
+    largest = sorted(phases.items(), key=lambda item: -item[1])[:3]
+    return {"label": label, "tier": env.get("tier"), "device": env.get("device"),
+            "revision": (env.get("harness") or {}).get("revision"), "workers": timing.get("workers"),
+            "cases": cases, "wall_s": wall, "cases_per_s": round(cases / wall, 3) if wall else None,
+            "compile_cold_s": round(phases.get("compile_cold", 0.0), 2),
+            "compile_cached_s": round(phases.get("compile_cached", 0.0), 2),
+            "largest_phases": {name: round(seconds, 2) for name, seconds in largest}, "exit": exit_code}
+
+
+def render(records: list[dict]) -> str:
+    rows = [[r["label"], r["tier"], r["device"], (r["revision"] or "?")[:10], r["workers"], r["cases"],
+             r["wall_s"], r["cases_per_s"], r["compile_cold_s"], r["compile_cached_s"],
+             ", ".join(f"{name} {seconds:g} s" for name, seconds in r["largest_phases"].items()), r["exit"]]
+            for r in records]
+    return ("# Harness speed\n\nOne row per `benchmarks/harness_speed.py` run; phases are summed over "
+            "the cases (worker seconds), wall time is the run's.\n\n"
+            + tabulate(rows, headers=HEADERS, tablefmt="github", disable_numparse=True) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tier", default="auto", help="the tier to time (default: the backend's own)")
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("reports/runs/harness-speed"),
+                        help="folder of the records (default reports/runs/harness-speed)")
+    parser.add_argument("--label", help="this run's name in the table (default: the tier and worker option)")
+    parser.add_argument("run_args", nargs="*", help="more arguments for `conformance run` (after --)")
+    args = parser.parse_args(argv)
+    args.out = args.out.resolve()  # the run starts in the checkout's root
+    label = args.label or "-".join([args.tier, *args.run_args]).replace(" ", "") or args.tier
+    run_dir = args.out / label
+    command = [sys.executable, "-m", "conformance", "run", "--tier", args.tier, "--out", str(run_dir), *args.run_args]
+    print("harness_speed:", " ".join(command), flush=True)
+    exit_code = subprocess.call(command, cwd=ROOT)
+    if not (run_dir / "env.json").exists():
+        print(f"harness_speed: the run wrote no report (exit {exit_code})", file=sys.stderr)
+        return exit_code or 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / RECORDS, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record(run_dir, label, exit_code)) + "\n")
+    records = [json.loads(text) for text in (args.out / RECORDS).read_text(encoding="utf-8").splitlines() if text]
+    (args.out / TABLE).write_text(render(records), encoding="utf-8")
+    print(render(records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
