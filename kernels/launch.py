@@ -10,11 +10,13 @@ where its slices start (`first_batch_head`, read by blocks.program_coordinates).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import triton
 
 from .targets import current_target
-from .tuning import launch_config
+from .tuning import launch_config, record_launch
 from .validation import DTYPE_NAMES, FP8
 
 # CUDA's limit on gridDim.y.  A module constant so tests can lower it and prove the
@@ -52,6 +54,7 @@ def launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype, tiles=("BLOCK_M
         kwargs["DESCRIPTORS"] = cfg.descriptors and descriptors_allowed(streamed)
         if kwargs["DESCRIPTORS"] and launches_on_device() and not current_target().interpreted:
             ensure_scratch_allocator()
+    record_launch(kernel, replace(cfg, descriptors=kwargs.get("DESCRIPTORS", False)))
     return kwargs
 
 

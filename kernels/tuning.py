@@ -9,6 +9,7 @@ without its GPU); it does not own them.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from .targets import Target, current_target
@@ -298,3 +299,27 @@ def launch_config(kernel: str, head_dim: int, dtype: str = "fp16", target: Targe
         if key in tables:
             return tables[key].pick(head_dim)
     raise KeyError(f"no launch table for kernel {kernel!r}")
+
+
+# kernel -> the configuration it launched with, while a `recorded_launches()` is open (None
+# otherwise); kernels.launch records every launch.  A plain dict, as OVERRIDES is.
+_launched: dict[str, LaunchConfig] | None = None
+
+
+@contextmanager
+def recorded_launches():
+    """Yields a dict that fills, as the kernels launch inside, with kernel -> the configuration
+    it launched with (its table's or an override), `descriptors` as the launch really took
+    them: what a harness reads to confirm that a configuration it set was the one used."""
+    global _launched
+    previous, _launched = _launched, {}
+    try:
+        yield _launched
+    finally:
+        _launched = previous
+
+
+def record_launch(kernel: str, config: LaunchConfig) -> None:
+    """Note `config` as `kernel`'s launch in the open `recorded_launches()`, if one is."""
+    if _launched is not None:
+        _launched[kernel] = config

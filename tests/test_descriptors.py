@@ -3,13 +3,14 @@ tl.make_tensor_descriptor from triton 3.4): streaming tiles through descriptors 
 give the pointer path's results bit for bit, padding and strided layouts included,
 and a launch must fall back to pointers where descriptors cannot describe a tensor."""
 
+import sys
 from dataclasses import replace
 
 import pytest
 import torch
 
 from conformance.bundled import kernels
-from conformance.bundled.kernels import launch, targets, tuning
+from conformance.bundled.kernels import blocks, launch, targets, tuning
 
 pytestmark = pytest.mark.skipif(not targets.INTERPRETER.tensor_descriptors,
                                 reason="this triton has no tl.make_tensor_descriptor")
@@ -32,6 +33,27 @@ def _run(q, k, v, causal):
     return (out, *grads)
 
 
+@pytest.fixture
+def descriptor_makers(monkeypatch):
+    """The kernels whose programs made a tensor descriptor, a set that grows as they run
+    (the interpreter looks blocks' helper up at each call)."""
+    makers = set()
+    make = blocks.make_tensor_descriptor
+
+    def noted(*args, **kwargs):
+        makers.add(_calling_kernel())
+        return make(*args, **kwargs)
+    monkeypatch.setattr(blocks, "make_tensor_descriptor", noted)
+    return makers
+
+
+def _calling_kernel() -> str:
+    frame = sys._getframe(1)
+    while not frame.f_code.co_name.endswith("_kernel"):
+        frame = frame.f_back
+    return frame.f_code.co_name
+
+
 def _inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout):
     generator = torch.Generator().manual_seed(seq_q * 1000 + seq_k)
 
@@ -47,15 +69,18 @@ def _inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout):
     ((1, 2, 2, 130, 61, 32), "bhsd", True),    # Sq > Sk: rows with no key
     ((2, 2, 2, 64, 64, 96), "bshd", False),    # a padded head dim, a strided layout
 ])
-def test_descriptors_give_the_pointer_paths_results_bit_for_bit(monkeypatch, descriptor_tables, shape,
-                                                                  layout, causal):
+def test_descriptors_give_the_pointer_paths_results_bit_for_bit(monkeypatch, descriptor_tables, descriptor_makers,
+                                                                  shape, layout, causal):
     q, k, v = _inputs(*shape, layout)
     with_descriptors = _run(q, k, v, causal)
+    assert descriptor_makers == {"flash_forward_kernel", "dkdv_kernel", "dq_kernel"}  # every streaming kernel
+    descriptor_makers.clear()
     monkeypatch.setattr(tuning, "INTERPRETER_LAUNCH", {**tuning.INTERPRETER_LAUNCH, **{
         name: tuning.LaunchTable(tuple((bound, replace(config, descriptors=False))
                                        for bound, config in tuning.INTERPRETER_LAUNCH[name].rows))
         for name in STREAMING}})
     with_pointers = _run(q, k, v, causal)
+    assert not descriptor_makers
     for name, a, b in zip(("out", "dq", "dk", "dv"), with_descriptors, with_pointers):
         assert torch.equal(a, b), name
 

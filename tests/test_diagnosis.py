@@ -42,9 +42,11 @@ def test_spread_tells_an_outlier_from_a_systematic_error():
     outlier = ref.clone()
     outlier[3] += 0.5
     systematic = ref * (1 + 2.0**-8)
-    one, every = error_spread.spread(outlier, ref, ref, "fp16"), error_spread.spread(systematic, ref, ref, "fp16")
+    # 3 fp16 ulps (2^-10 in [1, 2)) off everywhere; 1.5 at ref = 2, where the ulp is 2^-9
+    torch_path = ref + 3 * 2.0**-10
+    one, every = (error_spread.spread(kernel, torch_path, ref, "fp16") for kernel in (outlier, systematic))
     assert one["median"] == 0 and every["median"] >= 2
-    assert one["torch_median"] == 0 and every["torch_p99"] == 0
+    assert one["torch_median"] == every["torch_median"] == 3 and one["torch_p99"] == every["torch_p99"] == 3
 
 
 # --- localization of planted faults ---------------------------------------------------
@@ -145,9 +147,20 @@ def test_head_dim_tail_batch_offset_dropout_and_unclassified():
     assert fault_patterns.name(_profiles(scattered, slices=[[1 / 6, 1 / 6]] * 3), g)[0] == "unclassified"
 
 
-def test_every_named_pattern_ranks_before_unclassified():
-    assert all(fault_patterns.specificity(name) < fault_patterns.specificity("unclassified")
-               for name in fault_patterns.PATTERN_CHECK)
+def test_the_more_specific_of_two_matching_patterns_wins_and_unclassified_ranks_last():
+    g = geometry(_case(batch=3), "out")
+    # 95% of the excess in one element, which lies in one (batch, head) slice: both match
+    both = _profiles([1.0] * 256, slices=[[0.95, 0.01], [0.01, 0.01], [0.01, 0.01]], largest=0.95)
+    assert fault_patterns.one_element(both, g) and fault_patterns.one_slice(both, g)
+    assert fault_patterns.name(both, g)[0] == "one element"
+    # the case's pattern is its most specific tensor's, wherever that tensor stands
+    tensors = [{"name": name, "where": {"pattern": pattern}} for name, pattern in
+               (("dq", "unclassified"), ("dk", "one element"), ("dv", "one (batch, head) slice"))]
+    assert diagnosis.case_pattern(tensors) == "dk: one element"
+    unclassified = tensors[0]
+    for pattern in fault_patterns.PATTERN_CHECK:
+        named = {"name": "dk", "where": {"pattern": pattern}}
+        assert diagnosis.case_pattern([unclassified, named]) == f"dk: {pattern}"
 
 
 # --- shrinking ------------------------------------------------------------------------

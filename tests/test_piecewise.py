@@ -355,6 +355,14 @@ def test_reference_argument_errors(mutate, error, match):
         piecewise_forward(*args, threshold)
 
 
+def _noting_calls(helper, label: str, called: set):
+    """`helper`, adding `label` to `called` whenever a kernel calls it."""
+    def noted(*args, **kwargs):
+        called.add(label)
+        return helper(*args, **kwargs)
+    return noted
+
+
 @pytest.mark.skipif(not PROFILE.interpreted, reason="swaps the kernels' helpers, which only the interpreter looks up late")
 @pytest.mark.parametrize("sq,sk,threshold,causal", [(130, 130, 3, True), (45, 130, 80, False), (200, 77, 40, True)])
 def test_one_product_tiles_equal_the_selecting_path(monkeypatch, sq, sk, threshold, causal):
@@ -362,8 +370,12 @@ def test_one_product_tiles_equal_the_selecting_path(monkeypatch, sq, sk, thresho
     every tile through the selecting path (both products) gives."""
     xs = make_inputs(seed=sq + threshold, h=4, hkv=2, sq=sq, sk=sk, d=16, dtype=torch.float16)
     split = run_kernel(*xs, threshold, causal)
+    swapped, called = set(), set()
     for module, name, helper in selecting_path_swaps():
-        monkeypatch.setattr(module, name, helper, raising=True)
+        label = f"{module.__name__}.{name}"
+        swapped.add(label)
+        monkeypatch.setattr(module, name, _noting_calls(helper, label, called), raising=True)
     selecting = run_kernel(*xs, threshold, causal)
+    assert called == swapped  # the kernels called every swap: no tile took a one-product loop
     for name, a, b in zip(("out",) + GRADS, split, selecting):
         assert torch.equal(a, b), name

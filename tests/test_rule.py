@@ -57,16 +57,21 @@ def test_nonfinite_mismatch_counts_only_where_reference_is_finite():
 
 # --- floor ----------------------------------------------------------------------------
 
+# The floors below, by hand: unit roundoff u = 2^-(mantissa bits + 1): fp16 2^-11, bf16 2^-8,
+# fp32 2^-24; M = the largest finite |ref| (at least 0.3); floor = u_out * (M + delta_noise)
+# + u_fp32 * (max(M, term_size) + accumulator_noise).
+
 @pytest.mark.parametrize("dtype_name, roundoff", [("fp16", 2**-11), ("bf16", 2**-8), ("fp32", 2**-24)])
 def test_floor_is_the_final_rounding_plus_one_fp32_rounding_at_the_largest_finite_magnitude(dtype_name, roundoff):
     ref = torch.tensor([-INF, 0.5, -4.0, 3.0], dtype=torch.float64)
-    assert floor(dtype_name, ref) == roundoff * 4.0 + 2**-24 * 4.0
+    assert floor(dtype_name, ref) == roundoff * 4.0 + 2**-24 * 4.0  # M = |-4|: -inf is not finite
 
 
 def test_floor_counts_the_fp32_rounding_at_the_declared_term_size_when_larger():
-    ref = torch.tensor([1.0, -4.0], dtype=torch.float64)
+    ref = torch.tensor([1.0, -4.0], dtype=torch.float64)  # M = 4
     assert floor("fp32", ref, term_size=10.0) == 2**-24 * (4.0 + 10.0)
-    assert floor("fp32", ref, term_size=2.0) == floor("fp32", ref) == 2**-24 * 8.0
+    assert floor("fp32", ref, term_size=2.0) == 2**-24 * (4.0 + 4.0)  # a term size below M: M counts
+    assert floor("fp32", ref) == 2**-24 * (4.0 + 4.0)
     assert floor("fp16", ref, term_size=10.0) == 2**-11 * 4.0 + 2**-24 * 10.0
 
 
@@ -141,13 +146,15 @@ def test_compare_tensor_records_all_numbers():
 def test_the_delta_noise_raises_the_floor_at_the_outputs_rounding():
     ref = torch.tensor([[1.0, -2.0]], dtype=torch.float64)
     record = compare_tensor("dk", ref.to(torch.bfloat16), ref, ref, "bf16", delta_noise=3.0)
-    assert record["floor"] == floor("bf16", ref) + 3.0 * 2**-8 and record["delta_noise"] == 3.0
+    # M = 2: bf16's u at M + the noise, fp32's at M
+    assert record["floor"] == 2**-8 * (2.0 + 3.0) + 2**-24 * 2.0 and record["delta_noise"] == 3.0
 
 
 def test_the_accumulator_noise_raises_the_floor_at_fp32s_rounding():
     ref = torch.tensor([[1.0, -2.0]], dtype=torch.float64)
     record = compare_tensor("dq", ref.to(torch.float16), ref, ref, "fp16", accumulator_noise=5e3)
-    assert record["floor"] == floor("fp16", ref) + 5e3 * 2**-24 and record["accumulator_noise"] == 5e3
+    # M = 2: fp16's u at M, fp32's at M + the noise
+    assert record["floor"] == 2**-11 * 2.0 + 2**-24 * (2.0 + 5e3) and record["accumulator_noise"] == 5e3
 
 
 # --- known issues -------------------------------------------------------------------

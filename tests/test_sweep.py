@@ -143,4 +143,6 @@ def test_a_configured_case_runs_end_to_end_on_the_interpreter(tmp_path):
     lines = [json.loads(text) for text in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
     judged = {line["case"]: line for line in lines if line.get("kind", "case") == "case" and "cfg=" in line["case"]}
     assert set(judged) == set(cases) and all(line["verdict"] == "pass" for line in judged.values())
+    launched = {case: line["launched_config"] for case, line in judged.items()}
+    assert launched == {case: Case.from_id(case).config for case in cases}  # not the table's m64n64s1w4
     assert "## Launch configurations" in (tmp_path / "run" / "summary.md").read_text()

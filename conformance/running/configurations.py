@@ -3,7 +3,8 @@ tiers), `run --config`, and what becomes of a configuration the device cannot la
 
 The bundled kernels read their launch tables through kernels.tuning; a case with a
 configuration runs inside kernels.tuning_space.configured, so that one kernel of its
-call takes that configuration and every other kernel its table's.
+call takes that configuration and every other kernel its table's; its results line says
+what that kernel really launched with (`launched_config`, kernels.tuning.recorded_launches).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import contextlib
 import dataclasses
 
 from conformance.cases.catalog import Case
-from conformance.bundled.kernels.tuning_space import check_in_space, configured, parse_config
+from conformance.bundled.kernels.tuning_space import check_in_space, config_text, configured, parse_config
+from conformance.bundled.kernels.tuning import recorded_launches  # the runner records a call in it
 
 NOT_BUNDLED = "launch configurations are the bundled kernels' own: this implementation has none to set"
 
@@ -43,6 +45,17 @@ def applied(case: Case):
         return contextlib.nullcontext()
     kernel, _, text = case.config.partition(":")
     return configured(kernel, parse_config(text))
+
+
+def launched_config(case: Case, launched: dict) -> dict:
+    """`launched_config` for a configured case's results line: `kernel:configuration` that
+    its configured kernel launched with (from a `recorded_launches()` record), None if it
+    never launched; nothing for a case without a configuration."""
+    if case.config is None:
+        return {}
+    kernel = case.config.partition(":")[0]
+    used = launched.get(kernel)
+    return {"launched_config": None if used is None else f"{kernel}:{config_text(used)}"}
 
 
 def cannot_launch(case: Case, exc: BaseException) -> str | None:

@@ -211,7 +211,7 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
     if diagnosis.case_pattern(tensors):
         extra["fault_pattern"] = diagnosis.case_pattern(tensors)
     return {"rule_verdict": verdict, "reason": reason, "tensors": tensors,
-            "worst_ratio": worst_ratio(tensors), **convention, **extra}
+            "worst_ratio": worst_ratio(tensors), **convention, **extra, **launch.launched_fields()}
 
 
 def _diagnose(case: Case, tensors: list[dict], kernel: dict, paths, inputs: Inputs, bundled: bool) -> None:
@@ -238,12 +238,14 @@ class _Launch:
     implementations: Implementations
     device: str
     seed_offset: bool = False  # the kernel owns its dropout RNG (conformance.judging.dropout)
+    launched: dict | None = None  # kernel -> LaunchConfig the bundled kernels took in the latest run
 
     def run(self) -> Returned:
         """Forward outputs (fwd) or input gradients (bwd) by name; KernelFailure if it raised."""
         case, op = self.case, self.op
         try:
-            with self.implementations.launch_context(case.op), configurations.applied(case):
+            with self.implementations.launch_context(case.op), configurations.applied(case), \
+                    configurations.recorded_launches() as self.launched:
                 if self.seed_offset and case.dropout:
                     seed_rng_for_call(case)
                 if case.direction == "fwd":
@@ -266,6 +268,10 @@ class _Launch:
         except Exception as exc:
             raise KernelFailure(str(exc)) from exc
         return returned
+
+    def launched_fields(self) -> dict:
+        """`launched_config` of a configured case (configurations.launched_config), else nothing."""
+        return configurations.launched_config(self.case, self.launched or {})
 
     def _call(self):
         return self.op.call(self.function, self.case, self.inputs.tensors, self.seed_offset)
