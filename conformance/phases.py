@@ -101,6 +101,34 @@ def _synchronize(device: str) -> None:
             pass
 
 
+# --- GPU memory ------------------------------------------------------------------------
+
+def reset_peak_memory(device: str) -> None:
+    """Start counting the case's peak GPU memory (torch's caching allocator)."""
+    if device == "cuda":
+        import torch
+
+        if torch.cuda.is_available():
+            try:
+                torch.cuda.reset_peak_memory_stats()
+            except Exception:  # a faulted context
+                pass
+
+
+def peak_memory_fields(device: str) -> dict:
+    """`gpu_peak_bytes`: the most GPU memory torch held for the case at once (kernel, reference,
+    torch paths), what the worker plan's memory per worker (conformance.running.parallelism)
+    must cover; nothing on the CPU or after a fault."""
+    if device != "cuda":
+        return {}
+    import torch
+
+    try:
+        return {"gpu_peak_bytes": int(torch.cuda.max_memory_allocated())} if torch.cuda.is_available() else {}
+    except Exception:
+        return {}
+
+
 # --- Triton's compilation -------------------------------------------------------------
 
 _installed = False

@@ -11,6 +11,7 @@
 #   cold      the README command's run (workers by the plan), cache `shared`, which must be empty (cold)
 #   warm      the same again, cache `shared` (warm)
 #   n1        -n 1, cache `shared` (warm)
+#   cold-nN, warm-nN   -n N, cache `nN` (cold the first time, then warm): the worker plan's limits
 #   crash     8 workers on the GPU; 24 cases, 4 of them crash the `crash` mutant (an illegal address)
 #   hang      8 workers on the GPU; 24 cases, 4 of them hang in the `hang` mutant (60 s limit)
 #   bench     benchmarks/harness_speed.py on the standard tier, cache `shared`
@@ -51,6 +52,8 @@ for name in "$@"; do
   case "$name" in
     before) step before before python -m conformance run --tier standard -n 0 --out "$RUNS/before" ;;
     cold) step cold shared python -m conformance run --tier standard --out "$RUNS/cold" ;;
+    cold-n*) n=${name#cold-n}; step "$name" "n$n" python -m conformance run --tier standard -n "$n" --out "$RUNS/$name" ;;
+    warm-n*) n=${name#warm-n}; step "$name" "n$n" python -m conformance run --tier standard -n "$n" --out "$RUNS/$name" ;;
     warm) step warm shared python -m conformance run --tier standard --out "$RUNS/warm" ;;
     n1) step n1 shared python -m conformance run --tier standard -n 1 --out "$RUNS/n1" ;;
     crash) mapfile -t ids < <(isolation_cases Sk1)
@@ -62,7 +65,7 @@ for name in "$@"; do
     bench) step bench shared python benchmarks/harness_speed.py --tier standard --out "$RUNS/harness-speed" ;;
     *) echo "unknown step $name" | tee -a "$RUNS/steps.log"; continue ;;
   esac
-  if [ -f "$RUNS/$name/results.jsonl" ] && [ "$name" != crash ] && [ "$name" != hang ]; then
+  if [ -f "$RUNS/$name/results.jsonl" ] && [ "$name" != crash ] && [ "$name" != hang ] && [ "$name" != bench ]; then
     python -m conformance diff "$BASELINE" "$RUNS/$name" > "$RUNS/$name/diff-against-baseline.txt" 2>&1
     tail -3 "$RUNS/$name/diff-against-baseline.txt" | tee -a "$RUNS/steps.log"
   fi

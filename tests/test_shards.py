@@ -79,9 +79,33 @@ def test_a_folder_of_shards_missing_all_but_one_is_not_a_whole_run(tmp_path):
     assert merged.problems == ["shard 2/2 missing"] and merged.env["merge_warnings"] == ["shard 2/2 missing"]
 
 
-def test_the_smoke_tier_in_three_shards_merges_to_the_unsharded_verdicts(tmp_path):
-    """Three processes, one shard each, then `report --out` and `diff` against one whole run."""
-    run = [sys.executable, "-m", "conformance", "run", "--tier", "smoke", "--backend", "interpreter", "--no-isolate"]
+# Smoke-tier cases of every kind the shards must carry alike: both operators and directions, GQA
+# and MQA, batch 2, Sq=1 and Sk=1, lse/total, dropout (its RNG must not depend on which process
+# or in which order a case runs), a planted NaN, fp32, bf16, and an fp8 case that is `unsupported`
+# here. Nine cases, so that each of the three shards holds several (asserted below); the whole
+# smoke tier took 60-100 s of CPU here for no more evidence: every case is judged alike.
+SHARDED_CASES = (
+    "flash_attention.fwd[bf16,d32,causal,B2,H4,Hkv1,Sq96,Sk96,seed0]",
+    "flash_attention.fwd[fp16,d16,causal,B1,H2,Hkv2,Sq128,Sk128,seed0]",
+    "flash_attention.bwd[fp16,d64,causal,B1,H2,Hkv2,Sq50,Sk1,seed0]",
+    "flash_attention.fwd[fp16,d32,noncausal,B1,H2,Hkv1,Sq70,Sk100,lse,total,seed0]",
+    "flash_attention.fwd[fp16,d32,causal,B1,H2,Hkv1,Sq96,Sk128,dropout0.2,seed0]",
+    "flash_attention.bwd[fp16,d32,noncausal,B1,H2,Hkv1,Sq64,Sk96,nan,seed0]",
+    "piecewise_attention.fwd[fp16,d96,noncausal,B2,H2,Hkv1,Sq1,Sk100,dist8,seed0]",
+    "piecewise_attention.bwd[fp32,d16,causal,B1,H2,Hkv2,Sq77,Sk100,dist24,seed0]",
+    "flash_attention.fwd[fp8e4m3,d32,causal,B1,H2,Hkv1,Sq77,Sk100,seed0]",
+)
+
+
+def test_smoke_cases_in_three_shards_merge_to_the_unsharded_verdicts(tmp_path):
+    """Three processes, one shard each, then `report --out` and `diff` against one whole run
+    (no drift either: a case's ratios do not depend on the process or the cases before it)."""
+    smoke = {case.id for case in cases("smoke")}
+    assert set(SHARDED_CASES) <= smoke
+    parts = [sharded([Case.from_id(text) for text in SHARDED_CASES], (k, 3)) for k in (1, 2, 3)]
+    assert all(len(part) >= 2 for part in parts)  # every shard runs several cases
+    run = [sys.executable, "-m", "conformance", "run", "--backend", "interpreter", "--no-isolate",
+           *(f"--case={case}" for case in SHARDED_CASES)]
     shards = [subprocess.Popen([*run, "--shard", f"{k}/3", "--out", str(tmp_path / "shards" / f"s{k}")], cwd=REPO,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for k in (1, 2, 3)]
     whole = subprocess.run([*run, "--out", str(tmp_path / "whole")], cwd=REPO, capture_output=True, text=True,
@@ -89,6 +113,10 @@ def test_the_smoke_tier_in_three_shards_merges_to_the_unsharded_verdicts(tmp_pat
     assert whole.returncode == 0, whole.stderr[-2000:]
     for process in shards:
         assert process.wait(timeout=1200) == 0, process.stderr.read()[-2000:]
+    for k, part in zip((1, 2, 3), parts):  # each process ran its part of the selection, nothing else
+        lines = (tmp_path / "shards" / f"s{k}" / "results.jsonl").read_text().splitlines()
+        assert {json.loads(l)["case"] for l in lines if json.loads(l).get("kind", "case") == "case"} == \
+            {case.id for case in part}
     merged = subprocess.run([sys.executable, "-m", "conformance", "report", str(tmp_path / "shards"),
                              "--out", str(tmp_path / "merged")], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert merged.returncode == 0, merged.stderr
@@ -97,9 +125,13 @@ def test_the_smoke_tier_in_three_shards_merges_to_the_unsharded_verdicts(tmp_pat
     assert diff.returncode == 0 and "regression 0, fixed 0, changed 0, drift 0, new 0, removed 0" in diff.stdout
     summary = (tmp_path / "merged" / "summary.md").read_text()
     assert summary.count("| 1/3 ") + summary.count("| 2/3 ") + summary.count("| 3/3 ") == 3
-    merged_ids = {json.loads(l)["case"] for l in (tmp_path / "merged" / "results.jsonl").read_text().splitlines()}
-    whole_ids = {json.loads(l)["case"] for l in (tmp_path / "whole" / "results.jsonl").read_text().splitlines()}
-    assert merged_ids == whole_ids
+    merged_lines = [json.loads(l) for l in (tmp_path / "merged" / "results.jsonl").read_text().splitlines()]
+    whole_lines = [json.loads(l) for l in (tmp_path / "whole" / "results.jsonl").read_text().splitlines()]
+    merged_ids = {line["case"] for line in merged_lines}
+    whole_ids = {line["case"] for line in whole_lines}
+    assert merged_ids == whole_ids and set(SHARDED_CASES) <= whole_ids
+    verdicts = {line["case"]: line["verdict"] for line in whole_lines if line["case"] in SHARDED_CASES}
+    assert set(verdicts.values()) == {"pass", "unsupported"}  # judged, and the fp8 case declared
 
 
 def test_a_shard_runs_under_pytest_xdist_as_it_does_alone(tmp_path):

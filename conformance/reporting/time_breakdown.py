@@ -48,6 +48,9 @@ def phase_table(env: dict, lines: list[dict]) -> tuple[list[str], list[list]]:
     rows.append([f"all phases ({cases} cases)", f"{case_seconds:.1f}", "100%", f"{1000 * case_seconds / cases:.1f}"])
     timing = env.get("timing") or {}
     rows += [[label, f"{timing[key]:.1f}", "", ""] for key, label in RUN_COSTS.items() if timing.get(key) is not None]
+    peaks = [line["gpu_peak_bytes"] for line in of_kind(lines, CASE) if line.get("gpu_peak_bytes")]
+    if peaks:
+        rows.append(["largest GPU memory of one case", f"{max(peaks) / 2**30:.2f} GiB", "", ""])
     if timing.get("wall_s"):
         wall = timing["wall_s"]
         rows.append([f"wall time ({_workers(timing)})", f"{wall:.1f}", "",

@@ -85,6 +85,15 @@ def gpu_plan(requested, cuda=None) -> WorkerPlan:
     return plan_workers(count, smallest, _usable_cores())
 
 
+def threads_per_worker(workers: int) -> int | None:
+    """torch's CPU threads for each of `workers` case processes sharing this host: its cores
+    divided among them (inputs are drawn and converted on the CPU; 16 processes each running
+    16 threads on 16 cores spend their time switching). None for one worker: torch's default."""
+    if workers <= 1:
+        return None
+    return max(1, _usable_cores() // workers)
+
+
 def _usable_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))

@@ -41,6 +41,7 @@ from conformance.reporting.report import format_ratio
 from conformance.running.devices import pin_xdist_worker, record_device
 from conformance.running.implementations import Implementations, reproduce_command
 from conformance.running import triton_cache
+from conformance.running.parallelism import threads_per_worker
 from conformance.running.isolation import DEFAULT_TIMEOUT_S, IsolatedRunner
 from conformance.running.recorder import RESULT_PROPERTY, SUITE_FILE, ResultsRecorder, result_line
 from conformance.running.results import ResultsWriter, default_run_dir, to_json
@@ -70,6 +71,7 @@ class ConformanceState:
     isolate: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S["cpu"]
     device_index: int | None = None  # the GPU this xdist worker is pinned to
+    threads: int | None = None  # torch CPU threads of the process running cases (parallelism.threads_per_worker)
     isolated: IsolatedRunner | None = None
 
     def reproduce(self, case: Case) -> str:
@@ -103,6 +105,7 @@ class ConformanceState:
         """What an isolated worker needs to run cases as this process would (conformance.running.worker)."""
         return {"backend": self.profile.key, "backend_option": self.backend_option,
                 "kernels": list(self.selection.get("kernels") or []), "device_index": self.device_index,
+                "threads": self.threads,
                 "capabilities": self.selection.get("capabilities"),
                 "dropout_masks": list(self.selection.get("dropout_masks") or []),
                 "check_determinism": self.run_options.get("check_determinism", False),
@@ -174,7 +177,12 @@ def pytest_configure(config):
         _refuse_absent_backend(selection["backend"])
     # before anything touches CUDA: backend detection reads the current device
     device_index = pin_xdist_worker(worker_id, selection["backend"], backends.interpreter_requested())
-    config.stash[_STATE] = _state_from_options(config, selection, device_index)
+    state = config.stash[_STATE] = _state_from_options(config, selection, device_index)
+    state.threads = threads_per_worker(getattr(config, "workerinput", {}).get("workercount", 1))
+    if state.threads is not None and not state.isolate:
+        import torch
+
+        torch.set_num_threads(state.threads)
     config.addinivalue_line("markers", "conformance: a conformance catalog case")
     if not hasattr(config, "workerinput"):  # xdist workers only run items (and inherit the cache folder)
         triton_cache.use_shared_cache()

@@ -88,6 +88,7 @@ def run_case(case: Case, profile, implementations: Implementations, *,
     started = time.perf_counter()
     phases.install_compile_timer()
     timer = phases.PhaseClock(profile.device)
+    phases.reset_peak_memory(profile.device)
     clock = compile_clock(implementations, case.op)
     clock_before = clock.reading() if clock is not None else None
     implementation = implementations.name(case.op)
@@ -112,6 +113,7 @@ def run_case(case: Case, profile, implementations: Implementations, *,
             line["known_issue"] = issue.record()
         if line["verdict"] == verdicts.XPASS:
             line["reason"] = f"known issue {issue.id} no longer fails: remove its registry entry"
+    line.update(phases.peak_memory_fields(profile.device))
     _release_memory(profile.device)
     if clock is not None:
         line.update(compile_fields(clock_before, clock.reading()))

@@ -15,7 +15,7 @@ parent reads after a crash, with faulthandler's traceback of the fatal signal.
 
 CONFIG_JSON: backend (profile key), backend_option, kernels (op=module:function
 specs), capabilities (file or null), dropout_masks (specs), device_index (or null),
-check_determinism, distribution (spec or null).
+threads (torch CPU threads, or null), check_determinism, distribution (spec or null).
 """
 
 from __future__ import annotations
@@ -65,10 +65,12 @@ def device_healthy(device: str) -> bool:
 
 def _serve(config: dict, channel) -> None:
     profile = backends.activate(config["backend"])  # before anything imports the kernels
-    if config.get("device_index") is not None:
-        import torch
+    import torch
 
+    if config.get("device_index") is not None:
         torch.cuda.set_device(config["device_index"])
+    if config.get("threads"):  # its share of the host's cores (conformance.running.parallelism)
+        torch.set_num_threads(config["threads"])
     from conformance.judging.verdicts import error_fields
     from conformance.running.runner import run_case
 
