@@ -10,7 +10,8 @@ compile timer (`install_compile_timer`) moves its seconds out of `launch` into
 `compile_cold` (a specialization built anew) or `compile_cached` (loaded from
 Triton's cache directory). Whatever the case spent outside those is `other`;
 the isolated runner adds `isolation` (a worker's start and the request's round
-trip) in the parent.
+trip) in the parent. The kernels that compiled anew are named in the line's
+`compiled` (a warm run that still compiles shows which specializations its cache lacked).
 
 On a GPU every phase ends with a device synchronization: work is queued
 asynchronously, and without it the reference's kernels would be billed to the
@@ -38,6 +39,7 @@ class PhaseClock:
     def __init__(self, device: str = "cpu"):
         self.device = device
         self.seconds: dict[str, float] = {}
+        self.cold_compiles: list[str] = []  # the kernels compiled anew (not found in Triton's cache)
         self._open: list[str] = []
 
     @contextlib.contextmanager
@@ -58,6 +60,12 @@ class PhaseClock:
             outer = self._open[-1]
             self.seconds[outer] = self.seconds.get(outer, 0.0) - seconds
 
+    def compiled(self, kernel: str, cached: bool, seconds: float) -> None:
+        """One call of Triton's compile(): its seconds, and the kernel's name if it compiled anew."""
+        self.add("compile_cached" if cached else "compile_cold", seconds)
+        if not cached:
+            self.cold_compiles.append(kernel)
+
     def record(self, total_s: float) -> dict:
         """The case's phases, rounded, with `other` = what the phases do not cover of `total_s`."""
         measured = {name: seconds for name, seconds in self.seconds.items() if seconds > 0}
@@ -73,6 +81,9 @@ class _NoClock(PhaseClock):
         yield
 
     def add(self, name: str, seconds: float) -> None:
+        pass
+
+    def compiled(self, kernel: str, cached: bool, seconds: float) -> None:
         pass
 
 
@@ -155,14 +166,14 @@ def install_compile_timer() -> bool:
     if original is None:
         return False
 
-    def timed_compile(*args, **kwargs):
+    def timed_compile(src, *args, **kwargs):
         started = time.perf_counter()
         _last_cache_hit.clear()
         try:
-            return original(*args, **kwargs)
+            return original(src, *args, **kwargs)
         finally:
-            name = "compile_cached" if _last_cache_hit and _last_cache_hit[-1] else "compile_cold"
-            _current.add(name, time.perf_counter() - started)
+            cached = bool(_last_cache_hit and _last_cache_hit[-1])
+            _current.compiled(getattr(src, "name", None) or "?", cached, time.perf_counter() - started)
 
     module.compile = timed_compile
     if getattr(package, "compile", None) is original:

@@ -112,11 +112,11 @@ class _FakeCuda:
 
 
 @pytest.mark.parametrize("gpus, memory_gib, cores, per_gpu, limit", [
-    (1, 80, 16, 8, "cores"),     # the H100 machine: 16 cores, 2 per worker
-    (1, 80, 64, 8, "cap"),       # plenty of cores: the cap
-    (8, 141, 128, 8, "cores"),   # 8 H200s: 128 cores, 8 each, 64 in all
-    (1, 24, 32, 3, "memory"),    # a 24 GiB card: 8 GiB per worker
-    (2, 80, 8, 2, "cores"),      # 8 cores for 2 GPUs
+    (1, 80, 16, 12, "cores"),    # the H100 machine: 16 cores, 3 workers per 4 cores
+    (1, 80, 64, 16, "cap"),      # plenty of cores: the cap
+    (8, 141, 128, 12, "cores"),  # 8 H200s, 128 cores: 96 workers
+    (1, 24, 32, 6, "memory"),    # a 24 GiB card: 4 GiB per worker
+    (2, 80, 8, 3, "cores"),      # 8 cores for 2 GPUs
     (4, 16, 4, 1, "cores"),      # never fewer than one per GPU
 ])
 def test_the_worker_plan_takes_the_tightest_limit(gpus, memory_gib, cores, per_gpu, limit):
@@ -133,10 +133,10 @@ def test_gpu_runs_default_to_the_worker_plan_and_n_overrides_it(monkeypatch):
         monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
     monkeypatch.setattr(parallelism, "_usable_cores", lambda: 32)
     gpu, cpu = backends.profile_by_key("cuda:sm_90"), backends.profile_by_key("interpreter")
-    assert xdist_workers(None, gpu) == xdist_workers("auto", gpu) == 16  # 8 per GPU (cores: 32 / 2)
+    assert xdist_workers(None, gpu) == xdist_workers("auto", gpu) == 24  # 12 per GPU (cores: 32 x 0.75)
     assert xdist_workers(3, gpu) == 3 and xdist_workers(1, gpu) == 1
     assert xdist_workers("auto", cpu) == "auto" and xdist_workers(None, cpu) is None  # one per core; none
-    assert "16 workers, 8 per GPU on 2 GPUs" in worker_plan_text(None, gpu)
+    assert "24 workers, 12 per GPU on 2 GPUs" in worker_plan_text(None, gpu)
     assert worker_plan_text(None, cpu) is None
     assert distribution_mode(1) == [] and distribution_mode(None) == []
 

@@ -11,11 +11,14 @@ installed `fa-conformance` and the pytest entry point judge a few smoke cases: t
 decoys never fire (nor a `conformance` folder of theirs, for the isolated workers the
 command starts), the user's `kernels` is only imported when named with --kernel,
 `fa-conformance` runs its pytest without the user's conftest.py, and the verdicts and
-ratios are those of `python -m conformance run` from this clone. About 30 s on 2 cores.
+ratios are those of `python -m conformance run` from this clone. The wheel is built once per
+test session (every pytest-xdist worker installs that one); each worker that runs these tests
+has its virtualenv and repository of its own (the tests change files there). About 25 s on 2 cores.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import site
@@ -27,7 +30,9 @@ from pathlib import Path
 
 import pytest
 
+from conformance.cases.tiers import cases
 from conformance.running.results import read_results
+from tests.session_files import made_once_per_session
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = ("kernels", "reference", "mutants", "benchmarks")  # installed as conformance.bundled.<name>
@@ -60,7 +65,8 @@ def _ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return done
 
 
-def _build_wheel(work: Path) -> Path:
+def _build_wheel(work: Path) -> None:
+    """The wheel in work/wheels/, built from a copy of the sources in work/source/."""
     source = work / "source"
     source.mkdir()
     shutil.copy(REPO / "pyproject.toml", source)
@@ -68,8 +74,6 @@ def _build_wheel(work: Path) -> Path:
         shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     _ok(_run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
               "-w", work / "wheels", source], cwd=work))
-    (wheel,) = (work / "wheels").glob("fa_conformance-*.whl")
-    return wheel
 
 
 def _site_folders() -> list[str]:
@@ -111,10 +115,16 @@ def _their_repository(work: Path) -> tuple[Path, dict]:
     return project, {**env, "PYTHONPATH": str(decoys), "PATH": f"{project / '.venv' / 'bin'}{os.pathsep}{env['PATH']}"}
 
 
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The harness's wheel, built once per test session (read only: installed, never changed)."""
+    (built,) = (made_once_per_session(tmp_path_factory, "wheel", _build_wheel) / "wheels").glob("fa_conformance-*.whl")
+    return built
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
+def installed(tmp_path_factory, wheel):
     work = tmp_path_factory.mktemp("install")
-    wheel = _build_wheel(work)
     project, env = _their_repository(work)
     venv = _virtualenv(project, wheel)
     return {"work": work, "wheel": wheel, "venv": venv, "project": project, "env": env}
@@ -134,8 +144,8 @@ def clone_verdicts(tmp_path_factory):
     return _case_lines(out)
 
 
-def test_the_wheel_installs_one_package_holding_every_file_of_the_harness(installed):
-    names = set(zipfile.ZipFile(installed["wheel"]).namelist())
+def test_the_wheel_installs_one_package_holding_every_file_of_the_harness(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
     top_level = {name.split("/")[0] for name in names}
     assert {name for name in top_level if not name.endswith(".dist-info")} == {"conformance"}  # shadows nothing
     expected = {f"conformance/bundled/{path.relative_to(REPO)}" if path.relative_to(REPO).parts[0] in BUNDLED
@@ -143,7 +153,7 @@ def test_the_wheel_installs_one_package_holding_every_file_of_the_harness(instal
                 for package in ("conformance", *BUNDLED) for path in (REPO / package).rglob("*")
                 if path.is_file() and "__pycache__" not in path.parts}
     assert sorted(expected - names) == []  # a subpackage or data file missing from pyproject.toml
-    entry_points = zipfile.ZipFile(installed["wheel"]).read(
+    entry_points = zipfile.ZipFile(wheel).read(
         next(name for name in names if name.endswith("entry_points.txt"))).decode()
     assert "fa-conformance = conformance.__main__:main" in entry_points
     assert "conformance.pytest_plugin = conformance.pytest_plugin" in entry_points
@@ -168,18 +178,59 @@ def test_the_command_judges_the_bundled_kernels_from_another_repository(installe
     assert not (project / "imported.log").exists()  # neither their kernels/ nor their conftest.py
 
 
-def test_the_whole_smoke_tier_runs_from_another_repository(installed):
-    """The smoke tier, every case, by the installed command from their repository (its
-    kernels/, decoys on PYTHONPATH): each case passes or is unsupported, all of them judged
+def _traits(case) -> dict:
+    """What a case exercises (the mutant hunts' pairwise traits, conformance.bundled.mutants.ordering),
+    and its own input values (`negative:1000`)."""
+    from conformance.bundled.mutants.ordering import traits
+
+    return {**traits(case), "values": case.values}
+
+
+def every_kind_of_case(tier: str) -> list[str]:
+    """Ids of cases of `tier` that, together, hold every pair of trait values any two of its cases
+    hold (op x direction, dropout x backward, GQA x layout, NaN x piecewise, fp8, ...): greedily
+    the case adding the most new pairs per unit of cost, until none adds one (in tier order)."""
+    from conformance.bundled.mutants.ordering import case_cost
+
+    tier_cases = cases(tier)
+    pairs = {case.id: set(itertools.combinations(sorted(_traits(case).items()), 2)) for case in tier_cases}
+    covered, chosen = set(), set()
+    while True:
+        best = max(tier_cases, key=lambda case: (len(pairs[case.id] - covered) / case_cost(case), case.id))
+        if not pairs[best.id] - covered:
+            return [case.id for case in tier_cases if case.id in chosen]
+        covered |= pairs[best.id]
+        chosen.add(best.id)
+
+
+def test_every_kind_of_smoke_case_runs_from_another_repository(installed):
+    """The smoke tier's cases of every kind (every pair of trait values its cases hold: about
+    half of its cases, a third of its time), by the installed command from their repository
+    (its kernels/, decoys on PYTHONPATH): each case passes or is unsupported, all of them judged
     on the bundled kernels. (The cases above compare verdicts and ratios with this clone's.)"""
     project, env, out = installed["project"], installed["env"], installed["work"] / "smoke-tier"
+    selected = every_kind_of_case("smoke")
     (project / "imported.log").unlink(missing_ok=True)
-    done = _run(["fa-conformance", "run", "--tier", "smoke", "--out", out], project, env)
+    done = _run(["fa-conformance", "run", "--out", out, *(f"--case={case}" for case in selected)], project, env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = [line for line in read_results(out) if line.get("kind", "case") == "case"]
-    assert len(lines) > 50 and {line["verdict"] for line in lines} <= {"pass", "unsupported"}
+    assert sorted(line["case"] for line in lines) == sorted(selected)
+    assert {line["verdict"] for line in lines} <= {"pass", "unsupported"}
     assert {line["implementation"] for line in lines} == {"kernels:flash_attention", "kernels:piecewise_attention"}
     assert not (project / "imported.log").exists()
+
+
+def test_the_smoke_cases_run_above_hold_every_kind_the_tier_holds():
+    """What the run above stands for: every trait value, and every pair of them, of any smoke
+    case is held by a case it runs."""
+    smoke = cases("smoke")
+    chosen = set(every_kind_of_case("smoke"))
+    assert len(chosen) < len(smoke)
+
+    def pairs(selection):
+        return {pair for case in selection for pair in itertools.combinations(sorted(_traits(case).items()), 2)}
+
+    assert pairs(case for case in smoke if case.id in chosen) == pairs(smoke)
 
 
 def test_the_pytest_entry_point_judges_them_too(installed, clone_verdicts):

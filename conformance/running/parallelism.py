@@ -22,15 +22,18 @@ import os
 from dataclasses import dataclass
 
 # GPU memory one worker may need: its CUDA contexts (the pytest process and its isolated
-# case process, ~0.5 GiB each), the largest standard/long-tier case's inputs, outputs and
-# gradients, and the chunked float64 reference (reference.chunking: 4 score blocks of at
-# most 512 MiB live at once).
-WORKER_GPU_MEMORY_BYTES = 8 * 2**30
-# Host cores per worker: the isolated case process compiles (one core while Triton and
-# ptxas run) while the pytest process around it mostly waits.
-CORES_PER_WORKER = 2
-# More workers than this on one GPU only queue behind each other's launches.
-MAX_WORKERS_PER_GPU = 8
+# case process, ~0.5 GiB each) and its largest case. The standard tier's largest case held
+# 2.93 GiB at its peak on the H100 (gpu_peak_bytes, reports/h100-sm90/speed); the long
+# tier's larger problems stay within it, as the reference is chunked (reference.chunking).
+WORKER_GPU_MEMORY_BYTES = 4 * 2**30
+# Workers per host core: each worker is a case process (one core while Triton and ptxas
+# compile) and a pytest process that mostly waits; a quarter of the cores is left to those,
+# the controller and the driver. On the H100 machine (16 cores) the standard tier took 82 s
+# cold / 35 s warm with 8 workers and 66 s / 32 s with 12 (reports/h100-sm90/speed).
+WORKERS_PER_CORE = 0.75
+# More workers than this on one GPU only queue behind each other's launches (the GPU
+# time-slices between processes).
+MAX_WORKERS_PER_GPU = 16
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class WorkerPlan:
 
 
 LIMIT_WORDS = {"memory": f"GPU memory, {WORKER_GPU_MEMORY_BYTES // 2**30} GiB per worker",
-               "cores": f"host cores, {CORES_PER_WORKER} per worker",
+               "cores": f"host cores, {WORKERS_PER_CORE:g} workers per core",
                "cap": f"at most {MAX_WORKERS_PER_GPU} per GPU"}
 
 
@@ -64,7 +67,7 @@ def plan_workers(gpu_count: int, gpu_memory_bytes: int, cpu_count: int) -> Worke
     and the cap all allow, at least one."""
     gpus = max(1, gpu_count)
     limits = {"memory": gpu_memory_bytes // WORKER_GPU_MEMORY_BYTES,
-              "cores": cpu_count // (CORES_PER_WORKER * gpus),
+              "cores": int(cpu_count * WORKERS_PER_CORE) // gpus,
               "cap": MAX_WORKERS_PER_GPU}
     limit = min(limits, key=lambda name: limits[name])
     per_gpu = max(1, limits[limit])

@@ -119,6 +119,8 @@ def run_case(case: Case, profile, implementations: Implementations, *,
         line.update(compile_fields(clock_before, clock.reading()))
     line["duration_s"] = round(time.perf_counter() - started, 4)
     line["phases"] = timer.record(line["duration_s"])
+    if timer.cold_compiles:
+        line["compiled"] = timer.cold_compiles
     return line
 
 
