@@ -242,6 +242,15 @@ def benchmark(session: nox.Session) -> None:
     session.run("python", "benchmarks/flash_benchmark.py", *session.posargs)
 
 
+@nox.session
+def harness_speed(session: nox.Session) -> None:
+    """The harness's own speed: the default tier (smoke on the interpreter, standard on a GPU)
+    timed, its cases per second appended to reports/runs/harness-speed/harness_speed.md
+    (benchmarks/harness_speed.py). Arguments after `--` go to `conformance run`, e.g. `-- -n 1`."""
+    install_dependencies(session, gpu=True)
+    session.run("python", "benchmarks/harness_speed.py", *(["--", *session.posargs] if session.posargs else []))
+
+
 # The nightly triton-version matrix: every triton release 3.2.0 ... 3.9.0 with a
 # wheel for CPython 3.11 on linux x86_64 (PyPI, checked 2026-11).
 MATRIX_TRITON = ("3.2.0", "3.3.0", "3.3.1", "3.4.0", "3.5.0", "3.5.1", "3.6.0", "3.7.0", "3.7.1", "3.8.0", "3.9.0")

@@ -1,14 +1,13 @@
 """Bitwise determinism of forwards: two launches, same bits, or the case fails."""
 
+import json
 import math
 
 import pytest
 import torch
 
-from conformance.cli import main
 from conformance.judging import verdicts
 from conformance.judging.determinism import bitwise_equal, differing_tensors, verdict_after_check
-from conformance.running.results import read_results
 from tests.test_cli import run_cli
 
 FWD = "flash_attention.fwd[fp32,d16,causal,B1,H2,Hkv1,Sq9,Sk17,seed0]"
@@ -66,12 +65,13 @@ def test_the_check_is_off_on_the_cpu_by_default(tmp_path):
     assert all("deterministic" not in line for line in lines)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="the interpreter runs programs one after another: a run-to-run difference "
-                           "cannot show there, so this check means something only on a GPU")
-def test_the_bundled_forward_is_deterministic_on_a_gpu(tmp_path):
-    case = "flash_attention.fwd[bf16,d32,causal,B1,H2,Hkv1,Sq70,Sk100,lse,total,seed0]"
-    out = tmp_path / "run"
-    assert main(["run", "--out", str(out), "--case", case, "--check-determinism"]) == 0
-    (line,) = [line for line in read_results(out) if line["case"] == case]
-    assert line["verdict"] == "pass" and line["deterministic"] is True
+def test_the_report_says_whether_forwards_were_checked(tmp_path):
+    """A GPU run checks every forward by default (tests/test_devices.py: the GPU defaults), so a
+    GPU session's report says how many it launched twice; a CPU run's says it did not check."""
+    code, _, out = run_cli(tmp_path, "exact", FWD_LSE, extra=["--check-determinism"])
+    assert code == 0 and json.loads((out / "env.json").read_text())["checks"] == {"determinism": True}
+    for report in ("summary.md", "report.html"):
+        assert "Determinism: 1 forwards launched twice, 0 differed bitwise" in (out / report).read_text()
+    code, _, out = run_cli(tmp_path / "cpu", "exact", FWD_LSE)
+    assert code == 0 and json.loads((out / "env.json").read_text())["checks"] == {"determinism": False}
+    assert "Determinism: not checked" in (out / "summary.md").read_text()

@@ -143,3 +143,19 @@ def test_a_run_records_every_cases_phases_and_its_own_timing(tmp_path, case_id, 
     assert env["triton_cache"] == os.environ["TRITON_CACHE_DIR"]
     assert f"## {time_breakdown.TITLE}" in (out / "summary.md").read_text()
     assert markdown.time_section(env, [line])[0] == f"## {time_breakdown.TITLE}"
+
+
+def test_the_speed_benchmark_records_cases_per_second_of_a_run(tmp_path):
+    from conformance.bundled.benchmarks import harness_speed
+    from conformance.reporting.report import write_run
+
+    env = {"tier": "standard", "device": "NVIDIA H100 80GB HBM3", "harness": {"revision": "0123456789abcdef"},
+           "timing": {"workers": 12, "wall_s": 40.0}}
+    lines = [_line(f"c{i}", launch=0.5, compile_cold=2.0 if i == 0 else 0.0, inputs=0.25) for i in range(80)]
+    write_run(tmp_path / "run", env, lines)
+    record = harness_speed.record(tmp_path / "run", "warm", exit_code=0)
+    assert record == {"label": "warm", "tier": "standard", "device": "NVIDIA H100 80GB HBM3",
+                      "revision": "0123456789abcdef", "workers": 12, "cases": 80, "wall_s": 40.0,
+                      "cases_per_s": 2.0, "compile_cold_s": 2.0, "compile_cached_s": 0.0,
+                      "largest_phases": {"launch": 40.0, "inputs": 20.0, "compile_cold": 2.0}, "exit": 0}
+    assert "| warm    | standard | NVIDIA H100 80GB HBM3 | 0123456789 | 12" in harness_speed.render([record])

@@ -170,7 +170,8 @@ def _header(env: dict, lines: list[dict], title: str) -> str:
     implementation = env.get("implementation")
     return (f"<h1>{escape(title)}</h1><p class='totals'>{_badges(lines)}</p>"
             f"<p>{escape(markdown.headline(lines))}</p>"
-            f"<p class='note'>{escape(fingerprint)} (full fingerprint at the end)</p>"
+            + (f"<p>{escape(summary.determinism_text(lines, env))}</p>" if summary.determinism_text(lines, env) else "")
+            +             f"<p class='note'>{escape(fingerprint)} (full fingerprint at the end)</p>"
             + (f"<p>Implementation: {escape(summary.format_env_value('implementation', implementation))}</p>"
                if implementation else ""))
 

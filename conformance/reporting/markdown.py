@@ -137,8 +137,8 @@ def render(env: dict, lines: list[dict]) -> str:
     parts += _optional_section(compile_time.TITLE, *compile_time.compile_time_table(lines), "implementation")
     parts += probe_section(lines)
     parts += ["## Totals", "", table(*summary.totals_table(lines)), ""]
-    if summary.determinism_text(lines):
-        parts += [summary.determinism_text(lines), ""]
+    if summary.determinism_text(lines, env):
+        parts += [summary.determinism_text(lines, env), ""]
     parts += problem_section(lines)
     parts += _optional_section("Known issues", *summary.known_issue_table(lines), "example case")
     if summary.of_kind(lines, summary.CASE):

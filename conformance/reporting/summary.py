@@ -124,10 +124,16 @@ def totals_text(lines: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def determinism_text(lines: list[dict]) -> str | None:
-    """'N forwards launched twice, M differed bitwise' when the run checked determinism."""
+def determinism_text(lines: list[dict], env: dict | None = None) -> str | None:
+    """'N forwards launched twice, M differed bitwise' when the run checked determinism; that it
+    did not, when env.json says the check was off and the run judged forwards; else None."""
     checked = [line for line in lines if line.get("deterministic") is not None]
     if not checked:
+        forwards = any(line.get("direction") == "fwd" for line in of_kind(lines, CASE))
+        if forwards and (env or {}).get("checks", {}).get("determinism") is False:
+            return ("Determinism: not checked (the check is off by default on the CPU interpreter, which "
+                    "runs a kernel's programs one after another; on GPUs it is on, and every forward is "
+                    "launched twice).")
         return None
     differing = sum(not line["deterministic"] for line in checked)
     return f"Determinism: {len(checked)} forwards launched twice, {differing} differed bitwise (a `fail` each)."

@@ -39,6 +39,8 @@ def render(env: dict, lines: list[dict]) -> str:
     out += [f"MERGE WARNING: {warning}" for warning in env.get("merge_warnings") or []]
     if time_breakdown.summary_text(env, lines):
         out += [time_breakdown.summary_text(env, lines), ""]
+    if summary.determinism_text(lines, env):
+        out += [summary.determinism_text(lines, env), ""]
     out += _optional_table("merged runs", *merge.machine_table(env))
     out += _optional_table("implementations", *summary.implementation_table(env, lines))
     out += _optional_table("cases per GPU", *devices.gpu_table(env, lines))

@@ -66,6 +66,7 @@ class ResultsRecorder:
                               command=command_line())
             env["selection"] = state.selection
             env["triton_cache"] = os.environ.get("TRITON_CACHE_DIR")  # conformance.running.triton_cache
+            env["checks"] = {"determinism": bool(state.run_options.get("check_determinism"))}
             declarations = state.implementations.declarations()
             if declarations:
                 env["capabilities"] = declarations
