@@ -12,8 +12,8 @@
 #   warm      the same again, cache `shared` (warm)
 #   n1        -n 1, cache `shared` (warm)
 #   cold-nN, warm-nN   -n N, cache `nN` (cold the first time, then warm): the worker plan's limits
-#   crash     8 workers on the GPU; 24 cases, 4 of them crash the `crash` mutant (an illegal address)
-#   hang      8 workers on the GPU; 24 cases, 4 of them hang in the `hang` mutant (60 s limit)
+#   crash     the worker plan on the GPU; 24 cases, 4 of them crash the `crash` mutant (an illegal address)
+#   hang      the worker plan on the GPU; 24 cases, 4 of them hang in the `hang` mutant (30 s limit)
 #   bench     benchmarks/harness_speed.py on the standard tier, cache `shared`
 # Every standard-tier step is diffed against the committed reports/h100-sm90/standard.
 set -uo pipefail
@@ -57,10 +57,10 @@ for name in "$@"; do
     warm) step warm shared python -m conformance run --tier standard --out "$RUNS/warm" ;;
     n1) step n1 shared python -m conformance run --tier standard -n 1 --out "$RUNS/n1" ;;
     crash) mapfile -t ids < <(isolation_cases Sk1)
-           step crash crash python -m conformance run -n 8 --case-timeout 120 \
+           step crash crash python -m conformance run --case-timeout 120 \
              --kernel flash_attention=mutants.registry:flash_attention_crash "${ids[@]}" --out "$RUNS/crash" ;;
     hang) mapfile -t ids < <(isolation_cases Sq1)
-          step hang hang python -m conformance run -n 8 --case-timeout 60 \
+          step hang hang python -m conformance run --case-timeout 30 \
             --kernel flash_attention=mutants.registry:flash_attention_hang "${ids[@]}" --out "$RUNS/hang" ;;
     bench) step bench shared python benchmarks/harness_speed.py --tier standard --out "$RUNS/harness-speed" ;;
     *) echo "unknown step $name" | tee -a "$RUNS/steps.log"; continue ;;
