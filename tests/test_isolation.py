@@ -113,3 +113,36 @@ def test_the_robustness_mutants_cost_one_case(tmp_path, mutant, case_id, reason)
     assert f"_fa_mutant_{mutant}" in lines[0]["traceback"] and "in launch" in lines[0]["traceback"]
     if mutant == "hang":
         assert 8 <= lines[0]["duration_s"] < 15
+
+
+def _runner(backend: str):
+    from conformance.cases.catalog import Case
+    from conformance.running.isolation import IsolatedRunner
+
+    def error_line(case, reason, traceback=""):
+        return {"case": case.id, "verdict": "error", "reason": reason}
+
+    config = {"backend": backend, "kernels": ["flash_attention=tests.fake_kernels:exact"]}
+    return IsolatedRunner(config, timeout_s=120, error_line=error_line), Case.from_id(NONCAUSAL_FWD)
+
+
+def test_a_worker_started_ahead_serves_the_first_case():
+    runner, case = _runner("interpreter")
+    runner.start()  # what the plugin does once it has collected cases
+    try:
+        line = runner.run(case)
+    finally:
+        runner.close()
+    assert (line["case"], line["verdict"], runner.restarts) == (NONCAUSAL_FWD, "pass", 0)
+    assert line["phases"]["isolation"] >= 0 and "launch" in line["phases"]
+
+
+def test_a_worker_started_ahead_that_cannot_start_costs_the_first_case_only_its_line():
+    runner, case = _runner("no-such-backend")
+    runner.start()
+    try:
+        first, second = runner.run(case), runner.run(case)
+    finally:
+        runner.close()
+    for line in (first, second):  # each case gets a worker of its own, and an error line
+        assert line["verdict"] == "error" and line["reason"].startswith("worker failed to start: worker crashed")

@@ -3,6 +3,7 @@ pytest with the plugin, and turn the recorded verdicts into an exit code."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -78,6 +79,25 @@ def pytest_arguments(args, out_dir: Path, profile) -> list[str]:
             "--conformance-out", str(out_dir), *run_options.plugin_arguments(args, profile)]
 
 
+@contextlib.contextmanager
+def _own_plugins_only():
+    """The run's pytest loads the plugins it names (the catalog's, xdist's) and no others that
+    happen to be installed: each of its processes -- one per worker -- would import them all
+    (coverage, benchmark, hypothesis, ...) at start, for nothing. Inherited by the workers."""
+    previous = os.environ.get(_NO_AUTOLOAD)
+    os.environ[_NO_AUTOLOAD] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(_NO_AUTOLOAD, None)
+        else:
+            os.environ[_NO_AUTOLOAD] = previous
+
+
+_NO_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
+
+
 def _run_selection(args) -> tuple[dict, backends.BackendProfile, list]:
     """(selection, activated profile, selected cases) of a `run`, checked like the plugin will."""
     if args.resume and args.out and Path(args.out) != Path(args.resume):
@@ -111,7 +131,8 @@ def command_run(args) -> int:
 
     import pytest
 
-    exit_code = pytest.main(pytest_arguments(args, out_dir, profile))
+    with _own_plugins_only():
+        exit_code = pytest.main(pytest_arguments(args, out_dir, profile))
     if exit_code == pytest.ExitCode.USAGE_ERROR:
         return EXIT_USAGE
     # probes inform, cases decide -- except a probe whose known issue no longer fails (xpass: a stale entry)

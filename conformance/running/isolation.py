@@ -65,7 +65,8 @@ def exit_description(returncode: int | None) -> str:
 class _Worker:
     """One `python -m conformance.running.worker` process and its reply pipe."""
 
-    def __init__(self, config: dict, timeout_s: float):
+    def __init__(self, config: dict, timeout_s: float, wait: bool = True):
+        """Start the worker; with `wait`, until it says it is ready (else the first request waits)."""
         self.log = tempfile.TemporaryFile()
         read_fd, write_fd = os.pipe()
         try:
@@ -77,16 +78,26 @@ class _Worker:
             os.close(write_fd)  # the worker holds the only write end: its death reads as EOF
         self._reply_fd = read_fd
         self._buffer = b""
+        self._started = False
+        if wait:
+            self.await_start(timeout_s)
+
+    def await_start(self, timeout_s: float) -> None:
+        """Wait for the worker's `ready` message (once); WorkerLost if it dies or takes too long."""
+        if self._started:
+            return
         try:
             self.receive(timeout_s, what="to start")
         except WorkerLost as lost:
             self.stop()
             raise WorkerLost(f"worker failed to start: {lost}", lost.log_tail) from None
+        self._started = True
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def request(self, case: Case, timeout_s: float) -> dict:
+        self.await_start(timeout_s)
         try:
             self.process.stdin.write((to_json({"case": case.id}) + "\n").encode())
             self.process.stdin.flush()
@@ -142,7 +153,10 @@ class _Worker:
         self.process.wait()
 
     def stop(self) -> None:
-        """End the worker: EOF on its stdin, then SIGKILL if it does not leave."""
+        """End the worker: EOF on its stdin, then SIGKILL if it does not leave (once: a worker
+        that failed to start is stopped there, and again when its runner discards it)."""
+        if self._reply_fd is None:
+            return
         try:
             self.process.stdin.close()
             self.process.wait(timeout=_STOP_GRACE_S)
@@ -150,6 +164,7 @@ class _Worker:
             pass
         self.kill()
         os.close(self._reply_fd)
+        self._reply_fd = None
         self.log.close()
 
 
@@ -190,6 +205,12 @@ class IsolatedRunner:
         if "harness_error" in reply:
             return self.error_line(case, reply["harness_error"]["reason"], reply["harness_error"]["traceback"])
         return with_isolation_time(reply["line"], time.perf_counter() - started)
+
+    def start(self) -> None:
+        """Start a worker without waiting for it (its imports and device setup then overlap with
+        the rest of the session's start); the first case waits for it to be ready."""
+        if self._worker is None:
+            self._worker = _Worker(self.config, self.timeout_s, wait=False)
 
     def _ready_worker(self) -> _Worker:
         if self._worker is not None and not self._worker.alive():

@@ -92,14 +92,17 @@ class ConformanceState:
             line = run_case(case, self.profile, self.implementations, backend_option=self.backend_option,
                             **self.run_options)
             return record_device(line, self.profile.device)
-        if self.isolated is None:
-            self.isolated = IsolatedRunner(self.worker_config(), self.timeout_s, self.error_line)
-        line = self.isolated.run(case)
+        line = self.isolated_runner().run(case)
         if line.get("device_index") is None and self.device_index is not None:
             # a case that crashed its worker (whose CUDA context can no longer be asked):
             # the GPU this xdist worker, and so its isolated worker, is pinned to
             line["device_index"] = self.device_index
         return line
+
+    def isolated_runner(self) -> IsolatedRunner:
+        if self.isolated is None:
+            self.isolated = IsolatedRunner(self.worker_config(), self.timeout_s, self.error_line)
+        return self.isolated
 
     def worker_config(self) -> dict:
         """What an isolated worker needs to run cases as this process would (conformance.running.worker)."""
@@ -194,6 +197,14 @@ def xdist_worker_count(config) -> int:
     """How many processes run cases: pytest-xdist's -n (1 without xdist)."""
     count = getattr(config.option, "numprocesses", None)
     return count if isinstance(count, int) and count > 0 else 1
+
+
+def pytest_collection_finish(session):
+    """Start the isolated case process as soon as this process knows it will run cases (an
+    xdist worker, or the only process), so that its start overlaps the session's."""
+    state = session.config.stash.get(_STATE, None)
+    if state is not None and state.isolate and any(isinstance(item, CaseItem) for item in session.items):
+        state.isolated_runner().start()
 
 
 def pytest_unconfigure(config):

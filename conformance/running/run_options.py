@@ -101,7 +101,8 @@ def plugin_arguments(args, profile) -> list[str]:
     if args.case_timeout is not None:
         arguments += ["--conformance-case-timeout", str(args.case_timeout)]
     count = xdist_workers(args.workers, profile)
-    return arguments + (["-n", str(count), *distribution_mode(count)] if count else [])
+    # xdist by name: the run's pytest does not autoload plugins (commands._own_plugins_only)
+    return arguments + (["-p", "xdist.plugin", "-n", str(count), *distribution_mode(count)] if count else [])
 
 
 def xdist_workers(requested, profile):
