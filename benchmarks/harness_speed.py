@@ -2,12 +2,14 @@
 a regression shows in the numbers (`nox -s harness_speed`).
 
     python benchmarks/harness_speed.py [--tier auto] [--out DIR] [--label L] [-- RUN ARGS...]
+    python benchmarks/harness_speed.py --out DIR --record RUN...   (finished run folders)
 
 Runs `python -m conformance run --tier TIER --out DIR/<label>` (the backend's default
 tier: smoke on the CPU interpreter, standard on a GPU; the arguments after `--` go to
 `run`, e.g. `-- -n 1`), then appends one JSON line to DIR/harness_speed.jsonl --
 tier, device, workers, cases, wall seconds, cases per second, Triton compilation
-(cold/cached seconds) and the largest phases (conformance.phases) -- and rewrites
+(cold/cached seconds) and the largest phases (conformance.phases), the run's exit code
+(none for a recorded folder) -- and rewrites
 DIR/harness_speed.md, one row per recorded run. The verdicts are not this script's
 business: a failing case is timed like a passing one, and the run's own exit code is
 recorded beside the figures.
@@ -69,20 +71,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("reports/runs/harness-speed"),
                         help="folder of the records (default reports/runs/harness-speed)")
     parser.add_argument("--label", help="this run's name in the table (default: the tier and worker option)")
+    parser.add_argument("--record", nargs="+", type=pathlib.Path, metavar="RUN",
+                        help="run nothing: record these finished run folders (labelled by folder name)")
     parser.add_argument("run_args", nargs="*", help="more arguments for `conformance run` (after --)")
     args = parser.parse_args(argv)
     args.out = args.out.resolve()  # the run starts in the checkout's root
-    label = args.label or "-".join([args.tier, *args.run_args]).replace(" ", "") or args.tier
-    run_dir = args.out / label
-    command = [sys.executable, "-m", "conformance", "run", "--tier", args.tier, "--out", str(run_dir), *args.run_args]
-    print("harness_speed:", " ".join(command), flush=True)
-    exit_code = subprocess.call(command, cwd=ROOT)
-    if not (run_dir / "env.json").exists():
-        print(f"harness_speed: the run wrote no report (exit {exit_code})", file=sys.stderr)
-        return exit_code or 1
+    if args.record:
+        new = [record(run_dir, run_dir.name, exit_code=None) for run_dir in args.record]
+    else:
+        label = args.label or "-".join([args.tier, *args.run_args]).replace(" ", "") or args.tier
+        run_dir = args.out / label
+        command = [sys.executable, "-m", "conformance", "run", "--tier", args.tier, "--out", str(run_dir),
+                   *args.run_args]
+        print("harness_speed:", " ".join(command), flush=True)
+        exit_code = subprocess.call(command, cwd=ROOT)
+        if not (run_dir / "env.json").exists():
+            print(f"harness_speed: the run wrote no report (exit {exit_code})", file=sys.stderr)
+            return exit_code or 1
+        new = [record(run_dir, label, exit_code)]
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / RECORDS, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record(run_dir, label, exit_code)) + "\n")
+        handle.writelines(json.dumps(item) + "\n" for item in new)
     records = [json.loads(text) for text in (args.out / RECORDS).read_text(encoding="utf-8").splitlines() if text]
     (args.out / TABLE).write_text(render(records), encoding="utf-8")
     print(render(records))

@@ -53,8 +53,9 @@ def phase_table(env: dict, lines: list[dict]) -> tuple[list[str], list[list]]:
         rows.append(["largest GPU memory of one case", f"{max(peaks) / 2**30:.2f} GiB", "", ""])
     if timing.get("wall_s"):
         wall = timing["wall_s"]
+        total = len(of_kind(lines, CASE))  # with the cases that crashed or hung (no phases of their own)
         rows.append([f"wall time ({_workers(timing)})", f"{wall:.1f}", "",
-                     f"{cases / wall:.2f} cases/s, {case_seconds / wall:.1f} in flight"])
+                     f"{total / wall:.2f} cases/s, {case_seconds / wall:.1f} in flight"])
     return HEADERS, rows
 
 
@@ -66,8 +67,8 @@ def summary_text(env: dict, lines: list[dict]) -> str | None:
     largest = sorted(totals.items(), key=lambda item: -item[1])[:3]
     case_seconds = sum(totals.values()) or 1.0
     parts = ", ".join(f"{name} {seconds / case_seconds:.0%}" for name, seconds in largest)
-    wall = (env.get("timing") or {}).get("wall_s")
-    pace = f"{cases} cases in {wall:.1f} s ({cases / wall:.2f}/s, {_workers(env['timing'])}); " if wall else ""
+    wall, total = (env.get("timing") or {}).get("wall_s"), len(of_kind(lines, CASE))  # crashed cases too
+    pace = f"{total} cases in {wall:.1f} s ({total / wall:.2f}/s, {_workers(env['timing'])}); " if wall else ""
     return f"time: {pace}case time by phase: {parts} (summary.md: {TITLE.lower()})"
 
 
