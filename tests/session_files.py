@@ -25,7 +25,8 @@ def made_once_per_session(tmp_path_factory, name: str, make: Callable[[Path], No
     files works in a copy of its own. When `make` raises, nothing is kept, and the next
     worker to ask makes it again (and fails the same way)."""
     root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER") and fcntl is not None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and root.name == f"popen-{worker}" and fcntl is not None:
         root = root.parent  # the session's folder (pytest-of-<user>/pytest-<N>), its workers' parent
     folder, done = root / f"once-{name}", root / f"once-{name}.done"
     with open(root / f"once-{name}.lock", "w") as lock:

@@ -135,13 +135,17 @@ def _case_lines(out: Path) -> dict:
             for line in read_results(out) if line.get("kind", "case") == "case"}
 
 
+def _run_in_this_clone(folder: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}  # detected, as theirs
+    done = _run([sys.executable, "-m", "conformance", "run", "--no-isolate", "--out", folder / "run", *CASE_ARGS],
+                REPO, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def clone_verdicts(tmp_path_factory):
-    out = tmp_path_factory.mktemp("clone") / "run"
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}  # detected, as theirs
-    done = _run([sys.executable, "-m", "conformance", "run", "--no-isolate", "--out", out, *CASE_ARGS], REPO, env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return _case_lines(out)
+    """The verdicts, ratios and implementations of CASES run from this clone (once per test session)."""
+    return _case_lines(made_once_per_session(tmp_path_factory, "clone-run", _run_in_this_clone) / "run")
 
 
 def test_the_wheel_installs_one_package_holding_every_file_of_the_harness(wheel):

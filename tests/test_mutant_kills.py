@@ -30,7 +30,7 @@ REACHABLE = [m.name for m in COUNTED if not m.interpreter_unreachable]
 HUNTERS = 2
 # How long the hang fixture's single-query call must make no progress: this many times what
 # the same call on the good shape took in the same process, and at least HANG_SECONDS.
-HANG_FACTOR = 20
+HANG_FACTOR = 10
 HANG_SECONDS = 2.0
 
 

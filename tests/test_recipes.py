@@ -1,6 +1,7 @@
 """The Slurm recipe's commands, run locally as its array tasks would run them: three
-shards of a small selection, then the merge step (issue 20); and the GitHub Actions recipe of
-the nightly Triton-version matrix, linted with actionlint and its steps run here."""
+shards of a small selection (once per test session), then the merge step (issue 20); and the
+GitHub Actions recipe of the nightly Triton-version matrix, linted with actionlint and its
+steps run here."""
 
 import ast
 import importlib.util
@@ -13,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.session_files import made_once_per_session
 
 REPO = Path(__file__).resolve().parent.parent
 SLURM = REPO / "recipes" / "slurm"
@@ -29,23 +32,38 @@ def _task(script: str, run_root: Path, **env) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-def test_the_slurm_array_and_merge_steps_give_one_report_of_every_case(tmp_path):
+def _three_array_tasks(run_root: Path) -> None:
     for task in ("1", "2", "3"):
-        result = _task("conformance-shard.sbatch", tmp_path, SLURM_ARRAY_TASK_ID=task, SLURM_ARRAY_TASK_COUNT="3")
+        result = _task("conformance-shard.sbatch", run_root, SLURM_ARRAY_TASK_ID=task, SLURM_ARRAY_TASK_COUNT="3")
         assert result.returncode == 0, result.stderr[-2000:]
-    merged = _task("conformance-merge.sbatch", tmp_path)
+
+
+@pytest.fixture(scope="module")
+def slurm_shards(tmp_path_factory) -> Path:
+    """$RUN_ROOT after the three array tasks (shard-1 ... shard-3), run once per test session;
+    read only: each merge step below runs on a copy of the shards it names."""
+    return made_once_per_session(tmp_path_factory, "slurm-shards", _three_array_tasks)
+
+
+def _run_root_of(slurm_shards: Path, tmp_path: Path, shards) -> Path:
+    for shard in shards:
+        shutil.copytree(slurm_shards / f"shard-{shard}", tmp_path / f"shard-{shard}")
+    return tmp_path
+
+
+def test_the_slurm_array_and_merge_steps_give_one_report_of_every_case(slurm_shards, tmp_path):
+    run_root = _run_root_of(slurm_shards, tmp_path, (1, 2, 3))
+    merged = _task("conformance-merge.sbatch", run_root)
     assert merged.returncode == 0, merged.stderr[-2000:]
-    lines = [json.loads(text) for text in (tmp_path / "merged" / "results.jsonl").read_text().splitlines()]
+    lines = [json.loads(text) for text in (run_root / "merged" / "results.jsonl").read_text().splitlines()]
     judged = {line["case"]: line["verdict"] for line in lines if line.get("kind", "case") == "case"}
     assert judged == {case: "pass" for case in CASES}
-    assert "Merged from these runs" in (tmp_path / "merged" / "summary.md").read_text()
+    assert "Merged from these runs" in (run_root / "merged" / "summary.md").read_text()
 
 
-def test_the_merge_step_fails_when_a_shard_is_missing(tmp_path):
-    for task in ("1", "3"):
-        assert _task("conformance-shard.sbatch", tmp_path, SLURM_ARRAY_TASK_ID=task,
-                     SLURM_ARRAY_TASK_COUNT="3").returncode == 0
-    merged = _task("conformance-merge.sbatch", tmp_path)
+def test_the_merge_step_fails_when_a_shard_is_missing(slurm_shards, tmp_path):
+    run_root = _run_root_of(slurm_shards, tmp_path, (1, 3))  # task 2 never wrote its folder
+    merged = _task("conformance-merge.sbatch", run_root)
     assert merged.returncode == 1 and "shard 2/3 missing" in merged.stderr
 
 
