@@ -9,8 +9,8 @@ from .attention import attention_backward, attention_forward
 from .delta_noise import GradientNoise, attention_delta_noise, piecewise_delta_noise
 from .dropout import Dropout
 from .piecewise import piecewise_backward, piecewise_forward
-from .precision import MATCHED, REFERENCE, Precision
+from .precision import MATCHED, MATCHED_TF32, REFERENCE, Precision
 
-__all__ = ["Dropout", "Precision", "REFERENCE", "MATCHED", "attention_forward", "attention_backward",
+__all__ = ["Dropout", "Precision", "REFERENCE", "MATCHED", "MATCHED_TF32", "attention_forward", "attention_backward",
            "piecewise_forward", "piecewise_backward", "attention_delta_noise", "piecewise_delta_noise",
            "GradientNoise"]

@@ -60,7 +60,10 @@ def _setup(q: Tensor, k: Tensor, v: Tensor, causal: bool, sm_scale: Optional[flo
     check_dropout(dropout)
     elem_bytes = torch.finfo(precision.accumulate_dtype).bits // 8
     plan = plan_chunks(dims.units, dims.group, dims.sq, dims.sk, elem_bytes, max_chunk_bytes)
-    return _Setup(dims, scale, bool(causal), precision, q.dtype, plan, dropout=dropout)
+    if causal not in (False, True, "bottom_right", "top_left"):
+        raise ValueError(f"causal: expected False, True, 'bottom_right' or 'top_left', got {causal!r}")
+    top_left = causal == "top_left"
+    return _Setup(dims, scale, bool(causal), precision, q.dtype, plan, top_left=top_left, dropout=dropout)
 
 
 def _scores(st: _Setup, qb: Tensor, kb: Tensor, row_start: int) -> Tensor:
@@ -76,7 +79,7 @@ def _scores(st: _Setup, qb: Tensor, kb: Tensor, row_start: int) -> Tensor:
     if st.causal:
         rows_idx = torch.arange(row_start, row_start + rows, device=qb.device)
         cols_idx = torch.arange(kb.shape[1], device=qb.device)
-        visible = cols_idx[None, :] <= rows_idx[:, None] + (st.dims.sk - st.dims.sq)
+        visible = cols_idx[None, :] <= rows_idx[:, None] + st.diagonal
         s.masked_fill_(~visible, float("-inf"))
     return s
 
@@ -109,7 +112,9 @@ def attention_forward(
 
     Args:
         q: (B, H, Sq, D). k, v: (B, Hkv, Sk, D) with H % Hkv == 0. Any strides; same dtype/device.
-        causal: bottom-right aligned causal mask.
+        causal: False; True or "bottom_right" for the bottom-right aligned causal mask (key j
+            visible to query i iff j <= i + Sk - Sq); "top_left" for j <= i (torch SDPA's
+            ``is_causal``), judged when a kernel declares it.
         sm_scale: defaults to 1 / sqrt(D).
         precision: REFERENCE (float64 throughout) or MATCHED (what a fused kernel does).
         max_chunk_bytes: budget for the score-sized temporaries of one block.

@@ -29,6 +29,12 @@ class BlockSetup:
     precision: Precision
     input_dtype: torch.dtype
     plan: ChunkPlan
+    top_left: bool = False  # a causal mask aligned top-left (j <= i), not bottom-right (j <= i + Sk - Sq)
+
+    @property
+    def diagonal(self) -> int:
+        """Key j is visible to query i iff j <= i + diagonal (under a causal mask)."""
+        return 0 if self.top_left else self.dims.sk - self.dims.sq
 
     @property
     def acc(self) -> torch.dtype:
@@ -48,7 +54,7 @@ class BlockSetup:
         """Keys at or beyond this index are invisible to every row before ``row_stop``."""
         if not self.causal:
             return self.dims.sk
-        return max(0, min(self.dims.sk, row_stop + self.dims.sk - self.dims.sq))
+        return max(0, min(self.dims.sk, row_stop + self.diagonal))
 
 
 def grouped(x: Tensor, dims: Dims) -> Tensor:

@@ -48,6 +48,9 @@ def _check_pair(name: str, x: Tensor, like_name: str, like: Tensor) -> None:
 def _setup(qk: Tuple[Tensor, ...], v: Tensor, dist_threshold: int, causal: bool,
            sm_scale: Optional[float], precision: Precision, max_chunk_bytes: int) -> _Setup:
     q1, k1, q2, k2 = qk
+    if causal not in (False, True, "bottom_right"):
+        raise ValueError(f"causal: piecewise_attention's mask and distance are bottom-right aligned "
+                         f"(False, True or 'bottom_right'), got {causal!r}")
     dims = check_qkv(q1, k1, v)
     _check_pair("q2", q2, "q1", q1)
     _check_pair("k2", k2, "k1", k1)

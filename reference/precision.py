@@ -17,6 +17,8 @@ from typing import Optional
 
 import torch
 
+from .tf32 import round_to_tf32
+
 
 @dataclass(frozen=True)
 class Precision:
@@ -32,6 +34,8 @@ class Precision:
             before the matmuls that consume them, as a fused kernel feeding its MMA does.
         output_dtype: dtype of out, dq, dk, dv; ``None`` means "the input dtype".
             lse is always returned in ``accumulate_dtype``.
+        tf32_operands: fp32 matmul operands (and P, dS) rounded to TF32, as a kernel that
+            computes its fp32 products on tensor cores at TF32 by design.
     """
 
     name: str
@@ -39,6 +43,7 @@ class Precision:
     accumulate_dtype: torch.dtype
     round_p_and_ds: bool
     output_dtype: Optional[torch.dtype]
+    tf32_operands: bool = False
 
     def operand_dtype_for(self, input_dtype: torch.dtype) -> torch.dtype:
         """The dtype matmul operands are rounded to, for inputs of ``input_dtype``."""
@@ -59,7 +64,10 @@ class Precision:
         this way, run in fp32, therefore equals an fp16/bf16 MMA with fp32 accumulation up to
         the order of the additions.
         """
-        return x.to(self.operand_dtype_for(input_dtype)).to(self.accumulate_dtype)
+        operand = x.to(self.operand_dtype_for(input_dtype))
+        if self.tf32_operands and operand.dtype == torch.float32:
+            operand = round_to_tf32(operand)
+        return operand.to(self.accumulate_dtype)
 
     def round_intermediate(self, x: torch.Tensor, input_dtype: torch.dtype) -> torch.Tensor:
         """P or dS as fed to the next matmul: rounded to the operand dtype if the policy says so."""
@@ -82,4 +90,15 @@ MATCHED = Precision(
     accumulate_dtype=torch.float32,
     round_p_and_ds=True,
     output_dtype=None,
+)
+
+# MATCHED for a kernel that declares fp32 products at TF32 (conformance.judging.conventions):
+# its fp32 matmul operands, P and dS rounded to TF32; fp16/bf16 inputs are unaffected.
+MATCHED_TF32 = Precision(
+    name="matched-tf32",
+    operand_dtype=None,
+    accumulate_dtype=torch.float32,
+    round_p_and_ds=True,
+    output_dtype=None,
+    tf32_operands=True,
 )

@@ -26,7 +26,6 @@ def test_undeclared_admits_every_case():
     ({"dtypes": ["bf16"]}, "dtype fp16 not in [bf16]"),
     ({"gqa": False}, "no grouped-query attention"),
     ({"lse": False}, "no log-normalizer output"),
-    ({"causal_alignment": "top_left"}, "aligned top_left"),
     ({"unequal_lengths": False}, "Sq != Sk"),
     ({"max_seq_k": 128}, "Sk 133 > 128"),
     ({"causal": False}, "no causal mask"),
@@ -49,9 +48,11 @@ def test_mqa_follows_gqa_unless_given():
     assert _excluded(mqa, gqa=False, mqa=True) is None
 
 
-def test_top_left_alignment_still_runs_square_and_noncausal_cases():
+def test_top_left_alignment_runs_every_flash_case_judged_top_left():
+    """tests/test_conventions.py: the causal Sq != Sk ones against a top-left reference."""
     for case_id in ("flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq64,Sk64,seed0]",
-                    "flash_attention.fwd[fp16,d64,noncausal,B1,H2,Hkv2,Sq64,Sk99,seed0]"):
+                    "flash_attention.fwd[fp16,d64,noncausal,B1,H2,Hkv2,Sq64,Sk99,seed0]",
+                    "flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq64,Sk99,seed0]"):
         assert _excluded(case_id, causal_alignment="top_left") is None
 
 

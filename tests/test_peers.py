@@ -39,6 +39,21 @@ def test_sdpa_math_passes_gqa_bottom_right_causal_and_empty_rows(tmp_path):
     assert "--kernel flash_attention=sdpa:math" in lines[GQA_CAUSAL_FWD]["reproduce"]
 
 
+def test_sdpa_is_causal_is_judged_top_left_as_it_declares(tmp_path):
+    """`sdpa:math_is_causal` calls SDPA with torch's own is_causal whatever Sq and Sk: judged
+    against a top-left reference, every causal case runs (none unsupported for its alignment);
+    the same mask judged bottom-right (an undeclared double of it) fails."""
+    code, lines, out = run(tmp_path, "flash_attention=sdpa:math_is_causal", GQA_CAUSAL_FWD, MQA_EMPTY_ROWS_BWD,
+                           SQUARE_FWD)
+    assert code == 0 and {line["verdict"] for line in lines.values()} == {"pass"}
+    assert lines[GQA_CAUSAL_FWD]["conventions"] == {"causal_alignment": "top_left"}
+    assert "conventions" not in lines[SQUARE_FWD]  # Sq == Sk: the two alignments agree
+    assert read_env(out)["capabilities"]["flash_attention"]["declared"]["causal_alignment"] == "top_left"
+    code, lines, _ = run(tmp_path / "undeclared", "flash_attention=tests.fake_kernels:causal_top_left",
+                         GQA_CAUSAL_FWD)
+    assert code == 1 and lines[GQA_CAUSAL_FWD]["verdict"] == "fail"
+
+
 def test_a_backend_torch_refuses_is_unsupported_with_torchs_reason(tmp_path):
     code, lines, _ = run(tmp_path, "flash_attention=sdpa:efficient", GQA_CAUSAL_FWD)
     assert code == 0

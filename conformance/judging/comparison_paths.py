@@ -19,7 +19,7 @@ rows -- that draw can come out nearly exact, and a correct kernel is then "more 
 twice as wrong" by luck (reports/flake-cpu/findings.md: fp32 out with few keys,
 fp32 dq of one-key rows, lse). A second torch path that sums the head dimension in
 reverse (q, k, v and dO reversed along D; the results with a head dimension
-reversed back) is exactly the same computation with other roundings; taking the
+reversed back, lse and total have none) is exactly the same computation with other roundings; taking the
 worse of the two draws estimates the torch path's error level instead of its luck.
 Where the rounding does not depend on that order (the final rounding of an fp16
 output), both draws agree and nothing changes.
@@ -30,9 +30,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-from conformance.bundled.reference import MATCHED, REFERENCE
+from conformance.bundled.reference import MATCHED, MATCHED_TF32, REFERENCE
 
 from conformance.judging import bad_inputs
+from conformance.judging.conventions import DEFAULT as DEFAULT_CONVENTIONS, Conventions
 from conformance.cases.catalog import Case
 from conformance.cases.inputs import Inputs
 from conformance.judging.operators import Operator
@@ -48,39 +49,47 @@ class ComparisonPaths(NamedTuple):
 
 
 def comparison_paths(case: Case, op: Operator, inputs: Inputs, replay,
-                     timer: phases.PhaseClock = phases.NO_CLOCK) -> ComparisonPaths:
+                     timer: phases.PhaseClock = phases.NO_CLOCK,
+                     conventions: Conventions = DEFAULT_CONVENTIONS) -> ComparisonPaths:
     """The reference and both torch paths of `case` (see the module doc); `replay` is the
     kernel's dropout replay or None; `timer` gets the seconds of the reference, the torch
-    paths and the noise estimates (conformance.phases)."""
+    paths and the noise estimates (conformance.phases); `conventions` are the implementation's
+    declared ones (conformance.judging.conventions): its causal alignment for every path, its
+    fp32 matmul precision for the torch paths, its lse of empty rows for reference and paths."""
     dropout = replay.as_reference() if replay is not None else None
     tensors, regions = inputs.detached(), {}
+    matched = MATCHED_TF32 if conventions.tf32 else MATCHED
+
+    def path(values: dict, do, precision) -> dict:
+        return with_empty_row_lse(op.torch_path(case, values, do, precision, dropout, conventions), conventions)
+
     with timer.phase("reference"):
         if case.bad_input is not None:
             tensors = bad_inputs.replaced(case, inputs.tensors, bad_inputs.CLEAN_VALUE)
             probe = bad_inputs.replaced(case, inputs.tensors, bad_inputs.PROBE_VALUE)
-            regions = bad_inputs.regions(case, op.torch_path(case, tensors, inputs.do, REFERENCE, dropout),
-                                         op.torch_path(case, probe, inputs.do, REFERENCE, dropout))
-        reference = op.torch_path(case, tensors, inputs.do, REFERENCE, dropout)
+            regions = bad_inputs.regions(case, path(tensors, inputs.do, REFERENCE), path(probe, inputs.do, REFERENCE))
+        reference = path(tensors, inputs.do, REFERENCE)
     if replay is not None:
         replay.counting = False  # the keep rate is counted over one precision's passes
     with timer.phase("torch_paths"):
-        natural = op.torch_path(case, tensors, inputs.do, MATCHED, dropout)
-        reversed_d = _with_head_dim_reversed(op, case, tensors, inputs.do, dropout)
+        natural = path(tensors, inputs.do, matched)
+        flipped = {name: reverse_head_dim(t) for name, t in tensors.items()}
+        reversed_d = path(flipped, None if inputs.do is None else reverse_head_dim(inputs.do), matched)
+        reversed_d = {name: reverse_head_dim(t) if t.dim() == 4 else t for name, t in reversed_d.items()}
     paths = {name: (natural[name], reversed_d[name]) for name in natural}
     with timer.phase("noise"):
-        noise = op.delta_noise(case, tensors, inputs.do, dropout) if case.direction == "bwd" else None
+        noise = op.delta_noise(case, tensors, inputs.do, dropout, conventions) if case.direction == "bwd" else None
         term_sizes = op.term_sizes(case, tensors)
     return ComparisonPaths(reference, paths, regions, term_sizes, noise)
 
 
-def _with_head_dim_reversed(op: Operator, case: Case, tensors: dict, do, dropout) -> dict:
-    """MATCHED on inputs reversed along the head dim, its results put back in order.
-
-    Results with a head dim are the 4-D ones (out and the input gradients: B, H, S, D);
-    lse (B, H, Sq) and total (B, H, Sk) have none and need no reversal."""
-    flipped = {name: reverse_head_dim(t) for name, t in tensors.items()}
-    result = op.torch_path(case, flipped, None if do is None else reverse_head_dim(do), MATCHED, dropout)
-    return {name: reverse_head_dim(t) if t.dim() == 4 else t for name, t in result.items()}
+def with_empty_row_lse(tensors: dict, conventions: Conventions) -> dict:
+    """The paths' lse with rows that see no key (-inf) at the declared value (+inf, declared:
+    FlashAttention-2's convention); unchanged under the default."""
+    if conventions.lse_empty_rows == "-inf" or tensors.get("lse") is None:
+        return tensors
+    lse = tensors["lse"]
+    return {**tensors, "lse": lse.masked_fill(lse == float("-inf"), float("inf"))}
 
 
 def reverse_head_dim(tensor: torch.Tensor) -> torch.Tensor:

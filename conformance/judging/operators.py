@@ -16,10 +16,12 @@ import torch
 from conformance.cases.catalog import Case
 from conformance.cases.inputs import dropout_seed
 from conformance.judging import returns
+from conformance.judging.conventions import DEFAULT as DEFAULT_CONVENTIONS, Conventions
 from conformance.judging.returns import Returned
 
-# Reference paths of one case: (case, detached inputs, do or None, precision, dropout replay) -> tensors
-TorchPath = Callable[[Case, dict, "torch.Tensor | None", object, object], dict]
+# Reference paths of one case: (case, detached inputs, do or None, precision, dropout replay,
+# conventions) -> tensors; conventions: the implementation's declared ones (conformance.judging.conventions)
+TorchPath = Callable[[Case, dict, "torch.Tensor | None", object, object, Conventions], dict]
 
 
 @dataclass(frozen=True)
@@ -31,11 +33,12 @@ class Operator:
               seed_offset: ask for the dropout RNG state (conformance.judging.dropout's seed/offset protocol)
     outputs:  (case, that return value, seed_offset) -> conformance.judging.returns.Returned (tensors by
               name, the return convention seen, the RNG state)
-    torch_path: the reference / same-precision tensors of a case (forward outputs or gradients)
+    torch_path: the reference / same-precision tensors of a case (forward outputs or gradients),
+              under the implementation's declared conventions (its causal alignment)
     term_sizes: (case, detached inputs) -> {tensor name: size of the terms it is computed
               from}, for tensors whose fp32 rounding is set by terms larger than the result
               itself (see `conformance.judging.rule.floor`); tensors not named use their own size
-    delta_noise: (case, detached inputs, do, dropout replay) -> reference.GradientNoise: per
+    delta_noise: (case, detached inputs, do, dropout replay, conventions) -> reference.GradientNoise: per
               gradient name, the size of the noise that rounding the stored output O, and
               the fp32 accumulator's rounding of dP and delta, put on it through dS, for
               backward cases (`reference.delta_noise`; see `conformance.judging.rule.floor`)
@@ -47,7 +50,10 @@ class Operator:
     outputs: Callable
     torch_path: TorchPath
     term_sizes: Callable[[Case, dict], dict] = lambda case, inputs: {}
-    delta_noise: Callable = lambda case, inputs, do, dropout: None
+    # The causal alignments its reference computes (conformance.judging.conventions): a kernel
+    # declaring another has its causal Sq != Sk cases unsupported.
+    causal_alignments: tuple = ("bottom_right",)
+    delta_noise: Callable = lambda case, inputs, do, dropout, conventions=DEFAULT_CONVENTIONS: None
 
     def gradient_names(self) -> list[str]:
         return [f"d{name}" for name in self.inputs]
@@ -85,11 +91,17 @@ def _flash_outputs(case: Case, result, seed_offset: bool = False) -> Returned:
     return returns.parse(result, _flash_output_names(case), seed_offset=bool(seed_offset and case.dropout))
 
 
-def _flash_torch_path(case: Case, inputs: dict, do, precision, dropout) -> dict:
+def _causal(case: Case, conventions: Conventions):
+    """The reference's causal argument: False, True (bottom-right) or "top_left" (declared)."""
+    return "top_left" if case.causal and conventions.top_left else case.causal
+
+
+def _flash_torch_path(case: Case, inputs: dict, do, precision, dropout,
+                      conventions: Conventions = DEFAULT_CONVENTIONS) -> dict:
     from conformance.bundled.reference import attention_backward, attention_forward
 
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
-    options = dict(causal=case.causal, precision=precision)
+    options = dict(causal=_causal(case, conventions), precision=precision)
     if dropout is not None:
         options["dropout"] = dropout
     if case.direction == "fwd":
@@ -120,14 +132,15 @@ def _flash_term_sizes(case: Case, inputs: dict) -> dict:
     return {"lse": scores, "total": scores}
 
 
-def _flash_delta_noise(case: Case, inputs: dict, do, dropout):
+def _flash_delta_noise(case: Case, inputs: dict, do, dropout, conventions: Conventions = DEFAULT_CONVENTIONS):
     from conformance.bundled.reference import REFERENCE, attention_delta_noise, attention_forward
 
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     options = {"dropout": dropout} if dropout is not None else {}
-    out, lse = attention_forward(q, k, v, causal=case.causal, precision=REFERENCE, **options)
+    causal = _causal(case, conventions)
+    out, lse = attention_forward(q, k, v, causal=causal, precision=REFERENCE, **options)
     keep_scale = dropout.keep_scale if dropout is not None else 1.0
-    return attention_delta_noise(q, k, v, out, do, lse, causal=case.causal, keep_scale=keep_scale)
+    return attention_delta_noise(q, k, v, out, do, lse, causal=causal, keep_scale=keep_scale)
 
 
 FLASH_ATTENTION = Operator(
@@ -138,6 +151,7 @@ FLASH_ATTENTION = Operator(
     torch_path=_flash_torch_path,
     term_sizes=_flash_term_sizes,
     delta_noise=_flash_delta_noise,
+    causal_alignments=("bottom_right", "top_left"),
 )
 
 
@@ -148,7 +162,10 @@ def _piecewise_call(function, case: Case, inputs: dict, seed_offset: bool = Fals
                     causal=case.causal)
 
 
-def _piecewise_torch_path(case: Case, inputs: dict, do, precision, dropout) -> dict:
+def _piecewise_torch_path(case: Case, inputs: dict, do, precision, dropout,
+                          conventions: Conventions = DEFAULT_CONVENTIONS) -> dict:
+    """piecewise_attention is bottom-right only (a top-left declaration leaves its causal
+    Sq != Sk cases unsupported: conformance.running.capabilities)."""
     from conformance.bundled.reference import piecewise_backward, piecewise_forward
 
     args = [inputs[name] for name in ("q1", "k1", "q2", "k2", "v")]
@@ -160,7 +177,7 @@ def _piecewise_torch_path(case: Case, inputs: dict, do, precision, dropout) -> d
     return dict(zip(("dq1", "dk1", "dq2", "dk2", "dv"), grads))
 
 
-def _piecewise_delta_noise(case: Case, inputs: dict, do, dropout):
+def _piecewise_delta_noise(case: Case, inputs: dict, do, dropout, conventions: Conventions = DEFAULT_CONVENTIONS):
     from conformance.bundled.reference import REFERENCE, piecewise_delta_noise, piecewise_forward
 
     args = [inputs[name] for name in ("q1", "k1", "q2", "k2", "v")]

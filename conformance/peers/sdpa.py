@@ -1,6 +1,7 @@
 """torch's scaled_dot_product_attention, forced to one backend, as an implementation under test.
 
     python -m conformance run --kernel flash_attention=sdpa:cudnn     # or flash, efficient, math
+    python -m conformance run --kernel flash_attention=sdpa:flash_is_causal   # torch's own causal mask
 
 Each adapter runs SDPA inside `sdpa_kernel(<that backend>)` only, so torch cannot fall back
 to another backend behind the verdict. Semantics are the operator's:
@@ -12,6 +13,12 @@ to another backend behind the verdict. Semantics are the operator's:
   bias would silently run the flash or efficient kernel instead of the one named);
 * GQA/MQA through `enable_gqa=True` (the kv heads are never repeated by hand);
 * `sm_scale` is SDPA's `scale`.
+
+A variant ending in `_is_causal` (`sdpa:flash_is_causal`, ...) calls SDPA with `is_causal=True`
+for every causal case -- torch's meaning, top-left aligned (key j visible to query i iff
+j <= i) -- and declares `causal_alignment = "top_left"`, so that its causal Sq != Sk cases
+are judged against a top-left reference (conformance.judging.conventions) instead of
+being emulated bottom-right.
 
 What an adapter declares (`capabilities`): the dtypes its backend takes, and no lse, total
 or dropout -- SDPA's public API returns the output only, and its dropout mask is drawn
@@ -45,11 +52,22 @@ _NO_BACKEND = ("No available kernel", "No viable backend")
 _HEADING = re.compile(r"(Flash attention|Memory efficient|cuDNN attention|Math) kernel not used because:", re.I)
 _HEADINGS = {"flash": "flash attention", "efficient": "memory efficient", "cudnn": "cudnn attention", "math": "math"}
 _TRIGGERED = re.compile(r"\(Triggered internally at [^)]*\)\.?")
+IS_CAUSAL = "_is_causal"  # variant suffix: torch's top-left `is_causal` for every causal case
+
+
+def backend_of(variant: str) -> tuple[str, bool]:
+    """(backend, top_left) of a variant: `flash_is_causal` -> ("flash", True)."""
+    if variant.endswith(IS_CAUSAL):
+        return variant[: -len(IS_CAUSAL)], True
+    return variant, False
 
 
 def capabilities(variant: str) -> dict:
     """What sdpa:VARIANT declares; the rest is torch's per-case decision (see module doc)."""
+    variant, top_left = backend_of(variant)
+    alignment = {"causal_alignment": "top_left"} if top_left else {}
     return {
+        **alignment,
         "dtypes": _DTYPES[variant],
         "lse": False, "total": False, "dropout": False,
         "reasons": {
@@ -57,14 +75,16 @@ def capabilities(variant: str) -> dict:
             "lse": "SDPA's public API returns the output only",
             "total": "SDPA's public API returns the output only",
             "dropout": "SDPA draws its dropout mask inside the kernel and exposes no way to replay it",
+            **({"causal_alignment": "is_causal=True is torch's top-left mask"} if top_left else {}),
         },
     }
 
 
 def adapter(op: str, variant: str):
     """The operator function `sdpa:VARIANT` for `op`; ValueError naming what is valid."""
-    if variant not in BACKENDS:
-        raise ValueError(f"unknown SDPA backend {variant!r} (known: {', '.join(f'sdpa:{v}' for v in BACKENDS)})")
+    if backend_of(variant)[0] not in BACKENDS:
+        known = ", ".join(f"sdpa:{v}" for v in BACKENDS)
+        raise ValueError(f"unknown SDPA backend {variant!r} (known: {known}, each also as sdpa:BACKEND{IS_CAUSAL})")
     if op != "flash_attention":
         raise ValueError(f"sdpa:{variant} implements flash_attention only, not {op}")
 
@@ -86,7 +106,8 @@ def _mask_arguments(variant: str, q, k, causal: bool) -> dict:
     seq_q, seq_k = q.shape[2], k.shape[2]
     if not causal:
         return {}
-    if seq_q == seq_k:
+    variant, top_left = backend_of(variant)
+    if seq_q == seq_k or top_left:
         return {"is_causal": True}
     if variant == "flash":
         from torch.nn.attention.bias import causal_lower_right
@@ -98,6 +119,7 @@ def _mask_arguments(variant: str, q, k, causal: bool) -> dict:
 def _call(variant: str, q, k, v, causal: bool, sm_scale):
     arguments = dict(_mask_arguments(variant, q, k, causal), scale=sm_scale,
                      enable_gqa=k.shape[1] != q.shape[1])
+    variant = backend_of(variant)[0]
     if variant == "flash" and "attn_mask" in arguments:
         _require_flash(q, k, v, arguments["enable_gqa"])  # torch's lower-right bias bypasses sdpa_kernel
     with warnings.catch_warnings(record=True) as caught:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from conformance.judging import verdicts
-from conformance.reporting import compile_time, time_breakdown
+from conformance.reporting import compile_time, declared, time_breakdown
 from conformance.reporting import configurations, devices, localized, markdown, merge, pictures, summary
 from conformance.reporting.diff import MARKERS
 
@@ -171,6 +171,7 @@ def _header(env: dict, lines: list[dict], title: str) -> str:
     return (f"<h1>{escape(title)}</h1><p class='totals'>{_badges(lines)}</p>"
             f"<p>{escape(markdown.headline(lines))}</p>"
             + (f"<p>{escape(summary.determinism_text(lines, env))}</p>" if summary.determinism_text(lines, env) else "")
+            + "".join(f"<p>Judged as declared: {escape(sentence)}</p>" for sentence in declared.convention_sentences(lines))
             +             f"<p class='note'>{escape(fingerprint)} (full fingerprint at the end)</p>"
             + (f"<p>Implementation: {escape(summary.format_env_value('implementation', implementation))}</p>"
                if implementation else ""))

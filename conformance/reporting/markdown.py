@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from conformance.reporting import compile_time, time_breakdown
+from conformance.reporting import compile_time, declared, time_breakdown
 from conformance.reporting import configurations, devices, localized, merge, summary
 
 RULE_TEXT = "Rule: kernel_err <= 2 x max(torch_err, floor) for every tensor."
@@ -139,6 +139,8 @@ def render(env: dict, lines: list[dict]) -> str:
     parts += ["## Totals", "", table(*summary.totals_table(lines)), ""]
     if summary.determinism_text(lines, env):
         parts += [summary.determinism_text(lines, env), ""]
+    parts += [f"Judged as declared: {sentence}" for sentence in declared.convention_sentences(lines)]
+    parts += [""] if declared.convention_sentences(lines) else []
     parts += problem_section(lines)
     parts += _optional_section("Known issues", *summary.known_issue_table(lines), "example case")
     if summary.of_kind(lines, summary.CASE):

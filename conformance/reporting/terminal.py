@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from conformance.reporting import compile_time, time_breakdown
+from conformance.reporting import compile_time, declared, time_breakdown
 from conformance.reporting import configurations, devices, localized, merge, summary
 
 
@@ -41,6 +41,7 @@ def render(env: dict, lines: list[dict]) -> str:
         out += [time_breakdown.summary_text(env, lines), ""]
     if summary.determinism_text(lines, env):
         out += [summary.determinism_text(lines, env), ""]
+    out += [f"judged as declared: {sentence}" for sentence in declared.convention_sentences(lines)]
     out += _optional_table("merged runs", *merge.machine_table(env))
     out += _optional_table("implementations", *summary.implementation_table(env, lines))
     out += _optional_table("cases per GPU", *devices.gpu_table(env, lines))

@@ -26,13 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from conformance.cases.catalog import BAD_INPUTS, DIRECTIONS, DTYPES, LAYOUTS, OPS, Case
+from conformance.judging.conventions import CHOICES as CONVENTION_CHOICES, Conventions
+from conformance.judging.operators import OPERATORS
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-ALIGNMENTS = ("bottom_right", "top_left")
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,11 @@ class Capabilities:
 
     dtypes, head_dims, directions, layouts, bad_inputs: the values it takes (None: any)
     causal, noncausal:  which mask modes it computes
-    causal_alignment:   "bottom_right" (key j visible to query i iff j <= i + Sk - Sq, the
-                        operator's definition) or "top_left" (j <= i): the two agree only
-                        when Sq == Sk, so a top-left kernel's causal Sq != Sk cases are unsupported
+    causal_alignment, lse_empty_rows, fp32_matmul: numerical conventions, judged as declared
+                        (conformance.judging.conventions): "bottom_right" or "top_left" (a
+                        top-left kernel's causal Sq != Sk cases are unsupported only for an
+                        operator whose reference is bottom-right only: piecewise_attention),
+                        "-inf" or "+inf", "ieee" or "tf32"
     gqa, mqa:           1 < kv_heads < heads / kv_heads == 1 < heads (mqa defaults to gqa)
     unequal_lengths:    Sq != Sk
     empty_rows:         causal rows that see no key (Sq > Sk): output 0, no gradient
@@ -59,6 +62,8 @@ class Capabilities:
     causal: bool = True
     noncausal: bool = True
     causal_alignment: str = "bottom_right"
+    lse_empty_rows: str = "-inf"
+    fp32_matmul: str = "ieee"
     gqa: bool = True
     mqa: bool | None = None
     unequal_lengths: bool = True
@@ -79,6 +84,10 @@ class Capabilities:
                 why = self.reasons.get(key) or self.reason
                 return f"declared capabilities: {problem}" + (f" ({why})" if why else "")
         return None
+
+    def conventions(self) -> Conventions:
+        """The numerical conventions this declaration states (conformance.judging.conventions)."""
+        return Conventions(**{name: getattr(self, name) for name in CONVENTION_CHOICES})
 
     def declared(self) -> dict:
         """The keys given (not defaulted), JSON-ready, for env.json and the report."""
@@ -101,9 +110,10 @@ def _problems(caps: Capabilities, case: Case):
     yield "bad_inputs", case.bad_input and _not_in("NaN/Inf input", case.bad_input, caps.bad_inputs)
     yield "causal", case.causal and not caps.causal and "no causal mask"
     yield "noncausal", not case.causal and not caps.noncausal and "causal only"
-    yield "causal_alignment", (case.causal and case.seq_q != case.seq_k and caps.causal_alignment != "bottom_right"
-                               and f"causal mask aligned {caps.causal_alignment}, the operator's is bottom-right "
-                                   f"(they differ when Sq != Sk)")
+    yield "causal_alignment", (case.causal and case.seq_q != case.seq_k
+                               and caps.causal_alignment not in OPERATORS[case.op].causal_alignments
+                               and f"causal mask aligned {caps.causal_alignment}: {case.op} is judged "
+                                   f"bottom-right only (they differ when Sq != Sk)")
     yield "gqa", 1 < case.kv_heads < case.heads and not caps.gqa and "no grouped-query attention (kv_heads < heads)"
     yield "mqa", case.kv_heads == 1 < case.heads and not mqa and "no multi-query attention (kv_heads == 1)"
     yield "unequal_lengths", case.seq_q != case.seq_k and not caps.unequal_lengths and "Sq != Sk not supported"
@@ -167,9 +177,9 @@ def _value(key: str, value, where: str):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{label}: expected a positive int, got {value!r}")
         return value
-    if key == "causal_alignment":
-        if value not in ALIGNMENTS:
-            raise ValueError(f"{label}: expected one of {', '.join(ALIGNMENTS)}, got {value!r}")
+    if key in CONVENTION_CHOICES:
+        if value not in CONVENTION_CHOICES[key]:
+            raise ValueError(f"{label}: expected one of {', '.join(CONVENTION_CHOICES[key])}, got {value!r}")
         return value
     if key == "reason":
         if not isinstance(value, str):

@@ -27,6 +27,7 @@ from conformance.cases.inputs import DTYPE_NAMES, TORCH_DTYPES, Inputs, case_dis
 from conformance.diagnosing import diagnosis
 from conformance.judging import determinism, verdicts
 from conformance.judging.comparison_paths import comparison_paths
+from conformance.judging.conventions import DEFAULT as DEFAULT_CONVENTIONS, Conventions
 from conformance.judging.dropout import dropout_replay, seed_rng_for_call
 from conformance.judging.operators import OPERATORS, Operator
 from conformance.judging.returns import CONTRACT_PREFIX, Returned
@@ -151,6 +152,16 @@ def _undeclared(case: Case, implementations: Implementations) -> str | None:
     return declaration.unsupported_reason(case) if declaration is not None else None
 
 
+def declared_conventions(case: Case, implementations: Implementations) -> Conventions:
+    """The numerical conventions the implementation declares for `case`'s operator
+    (conformance.judging.conventions); the operator's own where it declares none."""
+    try:
+        declaration, _ = implementations.capabilities(case.op)
+    except Exception:  # reported as a usage error before the run; here: judge by the defaults
+        return DEFAULT_CONVENTIONS
+    return declaration.conventions() if declaration is not None else DEFAULT_CONVENTIONS
+
+
 def distribution_args(distribution: Distribution | None) -> list[str]:
     """The command-line words that select `distribution` again (none for the default)."""
     return [] if distribution is None else ["--distribution", distribution.spec]
@@ -191,7 +202,11 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
     except TypeError as exc:  # no way to replay its dropout mask
         return {"rule_verdict": verdicts.ERROR, **error_fields(exc)}
     convention = {"return_convention": returned.convention} if returned.convention else {}
-    paths = comparison_paths(case, op, inputs, replay, timer)
+    extra = {}
+    conventions = declared_conventions(case, implementations)
+    if conventions.applied(case):  # the line names what its judging took as declared
+        extra["conventions"] = conventions.applied(case)
+    paths = comparison_paths(case, op, inputs, replay, timer, conventions)
     contract_problem = _contract_problem(case, kernel, paths.reference)
     if contract_problem:
         return {"rule_verdict": verdicts.ERROR, "reason": f"{CONTRACT_PREFIX}{contract_problem}", **convention}
@@ -206,7 +221,8 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
     with timer.phase("diagnosis"):
         _diagnose(case, tensors, kernel, paths, inputs, implementations.uses_bundled_tables(case.op))
     verdict, reason = _rule_verdict(tensors)
-    extra = {"dropout_keep_rate": replay.keep_rate()} if replay is not None else {}
+    if replay is not None:
+        extra["dropout_keep_rate"] = replay.keep_rate()
     if replay is not None and verdict == verdicts.PASS and replay.rate_problem():
         verdict, reason = verdicts.FAIL, replay.rate_problem()
     if check_determinism:
