@@ -9,6 +9,8 @@
 * tf32           -- fp32 inputs rounded to TF32 before exact maths (products at TF32, as a Triton
                     kernel's default `tl.dot` on NVIDIA), declared `fp32_matmul = "tf32"`;
                     tf32_undeclared: the same.
+* bundled_lse_plus_inf -- the bundled Triton kernel writing +inf on empty rows, declared;
+                    bundled_lse_plus_inf_undeclared: the same (the H100 run).
 """
 
 from __future__ import annotations
@@ -79,3 +81,31 @@ def tf32_undeclared(q, k, v, causal=False, sm_scale=None, return_log_normalizer=
 
 
 tf32_undeclared.capabilities = {"directions": ["fwd"]}
+
+
+def bundled_lse_plus_inf(q, k, v, causal=False, sm_scale=None, return_log_normalizer=False):
+    """The bundled Triton kernel with FlashAttention-2's convention for rows that see no key
+    (lse = +inf), declared: a real GPU kernel for the H100 run (scripts/conventions_session.sh)."""
+    return _bundled_plus_inf(q, k, v, causal, sm_scale, return_log_normalizer)
+
+
+bundled_lse_plus_inf.capabilities = {"lse_empty_rows": "+inf", "dropout": False, "total": False,
+                                     "reason": "a wrapper of the bundled kernel that forwards neither"}
+
+
+def bundled_lse_plus_inf_undeclared(q, k, v, causal=False, sm_scale=None, return_log_normalizer=False):
+    return _bundled_plus_inf(q, k, v, causal, sm_scale, return_log_normalizer)
+
+
+bundled_lse_plus_inf_undeclared.capabilities = {"dropout": False, "total": False,
+                                                "reason": "a wrapper of the bundled kernel that forwards neither"}
+
+
+def _bundled_plus_inf(q, k, v, causal, sm_scale, return_log_normalizer):
+    from conformance.bundled.kernels import flash_attention
+
+    result = flash_attention(q, k, v, causal=causal, sm_scale=sm_scale, return_log_normalizer=return_log_normalizer)
+    if not return_log_normalizer:
+        return result
+    out, lse = result[0], result[1]
+    return out, lse.masked_fill(lse == -math.inf, math.inf)

@@ -111,3 +111,11 @@ def test_conventions_apply_only_where_they_change_the_judging():
     bottom_right = Conventions(lse_empty_rows="+inf")
     assert bottom_right.applied(Case.from_id(EMPTY_ROWS_LSE)) == {"lse_empty_rows": "+inf"}
     assert json.dumps(Conventions().applied(Case.from_id(EMPTY_ROWS_LSE))) == "{}"
+
+
+def test_the_bundled_kernel_with_plus_inf_lse_fails_undeclared_on_the_empty_rows_alone(tmp_path):
+    code, lines, _ = run(tmp_path, "bundled_lse_plus_inf", EMPTY_ROWS_LSE)
+    assert code == 0 and lines[EMPTY_ROWS_LSE]["verdict"] == "pass"
+    code, lines, _ = run(tmp_path, "bundled_lse_plus_inf_undeclared", EMPTY_ROWS_LSE)
+    tensors = by_tensor(lines[EMPTY_ROWS_LSE])
+    assert code == 1 and tensors["out"]["passed"] and not tensors["lse"]["passed"]

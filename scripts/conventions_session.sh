@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The device steps of issue 30's numerical conventions, one after the other, each a run folder
+# under reports/runs/conventions/, packed into $OUT/conventions.tgz with the logs.
+#
+#   FA_HARNESS_REVISION=<commit> bash scripts/conventions_session.sh STEP...
+#
+#   sdpa-top-left   the standard tier's flash_attention cases against sdpa:flash_is_causal (torch's
+#                   own is_causal, top-left, declared): every causal Sq != Sk case judged
+#   lse-declared    the standard tier's flash_attention cases that return lse, against the bundled
+#                   Triton kernel writing +inf lse on rows that see no key, declared "+inf"
+#   lse-undeclared  the same kernel, undeclared: must fail on exactly the cases with such rows
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+RUNS=reports/runs/conventions
+mkdir -p "$RUNS" "$OUT"
+
+step() {  # name, command...
+  local name=$1; shift
+  local started=$SECONDS
+  echo "== $name: $*" | tee -a "$RUNS/steps.log"
+  timeout 500 "$@" > "$RUNS/$name.log" 2>&1
+  echo "== $name: exit $? after $((SECONDS - started)) s" | tee -a "$RUNS/steps.log"
+}
+
+lse_cases() {
+  python -c "
+from conformance.cases.tiers import cases
+print('\n'.join('--case=' + case.id for case in cases('standard') if case.op == 'flash_attention' and case.lse))"
+}
+
+for name in "$@"; do
+  case "$name" in
+    sdpa-top-left) step "$name" python -m conformance run --tier standard --op flash_attention \
+                     --kernel flash_attention=sdpa:flash_is_causal --out "$RUNS/$name" ;;
+    lse-declared) mapfile -t ids < <(lse_cases)
+                  step "$name" python -m conformance run "${ids[@]}" \
+                    --kernel flash_attention=tests.convention_doubles:bundled_lse_plus_inf --out "$RUNS/$name" ;;
+    lse-undeclared) mapfile -t ids < <(lse_cases)
+                    step "$name" python -m conformance run "${ids[@]}" \
+                      --kernel flash_attention=tests.convention_doubles:bundled_lse_plus_inf_undeclared --out "$RUNS/$name" ;;
+    *) echo "unknown step $name" | tee -a "$RUNS/steps.log" ;;
+  esac
+done
+tar czf "$OUT/conventions.tgz" -C reports/runs conventions
+cat "$RUNS/steps.log"
