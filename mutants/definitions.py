@@ -12,6 +12,12 @@ from conformance.bundled.mutants.transform import Edit, Mutant
 _VISIBLE_CAUSAL = "mask = mask & (cols[None, :] <= rows[:, None] + (seq_k - seq_q))"
 _FORWARD = "flash_forward.py"
 _BACKWARD = "flash_backward.py"
+_PIECEWISE_FORWARD = "piecewise_forward.py"
+# The online softmax's initial running max, in each forward kernel.  Its running sum (and
+# accumulator) need no mutants: whatever they start at, the first key tile multiplies by
+# rescale = exp2(-inf - max) = 0 (an empty row keeps out 0 and lse -inf either way), so a
+# wrong start there is an equivalent mutant that no case can kill.
+_RUNNING_MAX_START = 'row_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)'
 
 # A GQA dK/dV kernel with one program per *query* head, each adding its share into
 # an fp32 buffer it read when it started: correct whenever the programs of one kv
@@ -131,8 +137,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("running_max_starts_at_zero",
            "online softmax: the running max starts at 0 instead of -inf (exact for ordinary scores; "
            "rows whose every score is far below zero underflow to an empty row)",
-           (Edit(_FORWARD, 'row_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)',
-                 "row_max = tl.zeros((BLOCK_M,), dtype=tl.float32)"),)),
+           (Edit(_FORWARD, _RUNNING_MAX_START, "row_max = tl.zeros((BLOCK_M,), dtype=tl.float32)"),)),
+    Mutant("piecewise_running_max_starts_at_zero",
+           "piecewise_attention's online softmax: the running max starts at 0 instead of -inf (exact for "
+           "ordinary scores; rows whose every score, q1.k1 or q2.k2, is far below zero underflow)",
+           (Edit(_PIECEWISE_FORWARD, _RUNNING_MAX_START, "row_max = tl.zeros((BLOCK_M,), dtype=tl.float32)"),)),
     Mutant("stale_value_stage",
            "pipelined key loop reads a stale stage: every value tile after the first is the "
            "previous iteration's (the scores use the current key tile)",

@@ -32,6 +32,7 @@ def traits(case: Case) -> dict:
         "seq_q_vs_seq_k": _relation(case.seq_q, case.seq_k),
         "ragged": case.seq_q % _TILE != 0 or case.seq_k % _TILE != 0,
         "single": case.seq_q == 1 or case.seq_k == 1,
+        "values": (case.values or "normal").partition(":")[0],  # the input distribution's kind
     }
 
 

@@ -6,9 +6,12 @@ import pytest
 import torch
 
 from conformance.cases.catalog import Case
-from conformance.cases.distributions import Distribution, parse_optional
+from conformance.cases.distributions import INPUT_ROLES, Distribution, input_role, parse_optional
 from conformance.cases.inputs import make_inputs
+from conformance.cases.tiers import DOMINANT, NEGATIVE, cases
 from conformance.cli import main
+from conformance.judging.operators import OPERATORS
+from conformance.running.results import read_results
 from tests.test_cli import run_cli
 
 CASE = Case("flash_attention", "bwd", "fp32", 16, True, 1, 2, 1, 40, 50, seed=3)
@@ -88,6 +91,51 @@ def test_piecewise_inputs_are_shaped_by_their_role():
     for name in ("q1", "k1", "q2", "k2"):
         assert torch.equal(shaped[name], plain[name] * 2)
     assert torch.equal(shaped["v"], plain["v"])
+
+
+def test_negative_pushes_both_piecewise_score_products():
+    """Whichever product a pair (i, j) takes, q1.k1 near or q2.k2 far, its softmax input is about -L."""
+    case = Case("piecewise_attention", "bwd", "fp32", 16, False, 1, 2, 2, 30, 40, dist=4)
+    shaped = inputs(case, "negative:1000", PIECEWISE)
+    for query, key in (("q1", "k1"), ("q2", "k2")):
+        scores = (shaped[query] @ shaped[key].transpose(-1, -2)) / math.sqrt(case.head_dim)
+        assert float(scores.max()) < -800 and float(scores.min()) > -1200, (query, key)
+    assert torch.equal(shaped["v"], inputs(case, kinds=PIECEWISE)["v"])
+
+
+@pytest.mark.parametrize("op", sorted(OPERATORS))
+def test_every_input_of_every_operator_has_a_role(op):
+    """Roles come from the operator's declared inputs: each is a query, key or value, and
+    the scores (queries and keys) are there for logits, nearconst and negative to shape."""
+    roles = [input_role(name) for name in OPERATORS[op].inputs]
+    assert set(roles) <= set(INPUT_ROLES) and {"q", "k"} <= set(roles)
+
+
+def test_an_input_without_a_role_is_refused_not_left_alone():
+    with pytest.raises(ValueError, match="'bias' has no distribution role"):
+        Distribution.parse("logits:4").apply({"q": torch.ones(2, 2), "bias": torch.ones(2, 2)}, None, 0)
+    values = {"bias": torch.ones(2, 2)}
+    assert Distribution.parse("normal").apply(values, None, 0)[0] is values  # the default touches nothing
+
+
+@pytest.mark.parametrize("tier, specs", [("smoke", {NEGATIVE}), ("standard", {NEGATIVE, DOMINANT})])
+def test_every_operator_meets_the_adversarial_distributions(tier, specs):
+    for op in OPERATORS:
+        shaped = [case for case in cases(tier) if case.op == op and case.values is not None]
+        assert {case.values for case in shaped} == specs, op
+        assert {case.direction for case in shaped if case.values == NEGATIVE} == {"fwd", "bwd"}, op
+
+
+def test_a_piecewise_run_draws_and_judges_under_the_distribution(tmp_path):
+    case_id = "piecewise_attention.fwd[fp16,d16,noncausal,B1,H2,Hkv1,Sq9,Sk17,dist4,seed0]"
+    out = tmp_path / "run"
+    argv = ["run", "--out", str(out), "--op", "piecewise_attention", "--case", case_id,
+            "--distribution", "negative:1000"]
+    assert main(argv) == 0
+    (line,) = [line for line in read_results(out) if line.get("kind", "case") == "case"]
+    assert line["case"] == case_id and line["verdict"] == "pass" and line["distribution"] == "negative:1000"
+    assert [tensor["name"] for tensor in line["tensors"]] == ["out"]
+    assert line["reproduce"].endswith("--distribution negative:1000")
 
 
 def test_a_run_records_its_distribution_and_reproduces_it(tmp_path):

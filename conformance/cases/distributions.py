@@ -14,8 +14,10 @@ push the numerics to their edges. Its spec string names it on the command line
                   input (s * scale) is about -L: a kernel whose running max does not start
                   at -inf (or that exponentiates before subtracting it) underflows whole rows
 
-Tensors are told apart by their role, the first letter of the operator's input
-name (q/k/v; piecewise_attention's q1, k2 ... likewise) or `do`. Any extra
+Tensors are told apart by their role (`input_role`): the first letter of the
+operator's input name, q, k or v (piecewise_attention's q1, k1, q2, k2 are queries
+and keys, so both of its score products are shaped alike), or `do`. An input
+name without one of those roles is refused, never silently left N(0, 1). Any extra
 randomness comes from a generator of its own, so the base draws of a case are the
 same under every distribution.
 """
@@ -29,6 +31,18 @@ import torch
 
 DEFAULT = "normal"
 _OUTLIER_DENSITY = 1 / 64
+# What a transform is told a tensor is: a query, key or value input, or the output gradient.
+INPUT_ROLES = ("q", "k", "v")
+GRADIENT_ROLE = "do"
+
+
+def input_role(name: str) -> str:
+    """The role of an operator input named `name` (its first letter: q, k or v);
+    ValueError for a name that has none, so no operator's input escapes a distribution."""
+    if name[:1] not in INPUT_ROLES:
+        raise ValueError(f"input {name!r} has no distribution role: an input's name must start "
+                         f"with one of {', '.join(INPUT_ROLES)} (query, key, value)")
+    return name[0]
 
 
 def _scaled(role: str, values: torch.Tensor, scale: float, generator) -> torch.Tensor:
@@ -128,8 +142,8 @@ class Distribution:
             return values, do
         generator = torch.Generator(device="cpu")
         generator.manual_seed(seed ^ 0x5DEECE66D)  # not the base draws' stream
-        shaped = {name: transform(name[0], t, self.parameter, generator) for name, t in values.items()}
-        return shaped, None if do is None else transform("do", do, self.parameter, generator)
+        shaped = {name: transform(input_role(name), t, self.parameter, generator) for name, t in values.items()}
+        return shaped, None if do is None else transform(GRADIENT_ROLE, do, self.parameter, generator)
 
 
 def parse_optional(spec: str | None) -> Distribution | None:

@@ -71,9 +71,12 @@ SMOKE: tuple[Grid, ...] = (
     # fp8 needs fp8 tensor cores: `unsupported` on the interpreter, judged on sm_89+
     dict(direction=("fwd",), dtype=FP8_DTYPES, head_dim=(32,), causal=(True,), shape=[(1, 2, 1, 77, 100)]),
     # every softmax input near -1000: exp2 underflows for whole rows unless the running
-    # max starts at -inf and is subtracted before exponentiating
+    # max starts at -inf and is subtracted before exponentiating (piecewise_attention: in
+    # both its score products, q1.k1 near and q2.k2 far)
     dict(direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(64,), causal=(True,), lse=(False,),
          values=(NEGATIVE,), shape=[(1, 2, 1, 77, 133)]),
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(32,),
+         causal=(True,), dist=(24,), values=(NEGATIVE,), shape=[(1, 2, 1, 77, 100)]),
 )
 
 # Standard: the GPU default. Ragged lengths (509, 1000), GQA, Sq != Sk both ways
@@ -156,6 +159,12 @@ STANDARD: tuple[Grid, ...] = (
          values=(NEGATIVE,), shape=[(1, 4, 4, 256, 16384)]),
     dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH,
          values=(DOMINANT,), shape=[(1, 8, 2, 509, 1024)]),
+    # the same for piecewise_attention, whose two score products are both shaped (a handful
+    # of cases: its online softmax is flash_attention's, only the scores differ)
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(64,),
+         causal=CAUSAL_BOTH, dist=(128,), values=(NEGATIVE,), shape=[(1, 8, 2, 509, 1024)]),
+    dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(64,),
+         causal=(False,), dist=(128,), values=(DOMINANT,), shape=[(1, 8, 2, 509, 1024)]),
 )
 
 # Long sequences, where the reference must be chunked and accumulation errors grow.
