@@ -6,6 +6,9 @@
 #
 #   sdpa-top-left   the standard tier's flash_attention cases against sdpa:flash_is_causal (torch's
 #                   own is_causal, top-left, declared): every causal Sq != Sk case judged
+#   sdpa-B-top-left the same with sdpa:B_is_causal (B: cudnn, efficient, math)
+#   new-standard    the standard tier's piecewise_attention cases under a value distribution
+#   mutant-piecewise  the kill table of piecewise_running_max_starts_at_zero from the standard tier
 #   lse-declared    the standard tier's flash_attention cases that return lse, against the bundled
 #                   Triton kernel writing +inf lse on rows that see no key, declared "+inf"
 #   lse-undeclared  the same kernel, undeclared: must fail on exactly the cases with such rows
@@ -21,6 +24,7 @@ step() {  # name, command...
   echo "== $name: $*" | tee -a "$RUNS/steps.log"
   timeout 500 "$@" > "$RUNS/$name.log" 2>&1
   echo "== $name: exit $? after $((SECONDS - started)) s" | tee -a "$RUNS/steps.log"
+  tar czf "$OUT/conventions.tgz" -C reports/runs conventions  # after every step: a cut-off call keeps them
 }
 
 lse_cases() {
@@ -33,6 +37,15 @@ for name in "$@"; do
   case "$name" in
     sdpa-top-left) step "$name" python -m conformance run --tier standard --op flash_attention \
                      --kernel flash_attention=sdpa:flash_is_causal --out "$RUNS/$name" ;;
+    sdpa-*-top-left) backend=${name#sdpa-}; backend=${backend%-top-left}
+                     step "$name" python -m conformance run --tier standard --op flash_attention \
+                       --kernel "flash_attention=sdpa:${backend}_is_causal" --out "$RUNS/$name" ;;
+    new-standard) mapfile -t ids < <(python -c "
+from conformance.cases.tiers import cases
+print('\n'.join('--case=' + case.id for case in cases('standard') if case.op == 'piecewise_attention' and case.values))")
+                  step "$name" python -m conformance run "${ids[@]}" --out "$RUNS/$name" ;;
+    mutant-piecewise) step "$name" python -m mutants --tier standard --mutant piecewise_running_max_starts_at_zero \
+                        --max-kills 3 --out "$RUNS/$name" ;;
     lse-declared) mapfile -t ids < <(lse_cases)
                   step "$name" python -m conformance run "${ids[@]}" \
                     --kernel flash_attention=tests.convention_doubles:bundled_lse_plus_inf --out "$RUNS/$name" ;;
