@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from conformance.cases.catalog import Case
-from conformance.diagnosing import error_spread, fault_patterns, key_attribution, localization
+from conformance.diagnosing import error_spread, fault_patterns, key_attribution, localization, nonfinite_regions
 from conformance.diagnosing.geometry import bundled_tiles, geometry, pattern_grid
 
 
@@ -27,7 +27,8 @@ def spread(tensor: dict, kernel, torch_paths, ref, dtype_name: str) -> None:
 
 
 def where(case: Case, tensor: dict, kernel, ref, inputs: dict, do, exclude=None, tiles=None) -> dict:
-    """The `where` object of a failing tensor: localization.record + pattern + evidence."""
+    """The `where` object of a failing tensor: localization.record + pattern + evidence; with
+    NaN/Inf present, the pattern names the region they fill (nonfinite_regions)."""
     allowance = max(tensor["torch_err"], tensor["floor"])
     if not math.isfinite(allowance):
         return {"pattern": "unclassified", "evidence": "the torch path itself is not finite: nothing to measure against"}
@@ -38,7 +39,11 @@ def where(case: Case, tensor: dict, kernel, ref, inputs: dict, do, exclude=None,
         attributed, found.padding_keys = key_attribution.attribution_map(shape, inputs, do, kernel, ref,
                                                                          found.row_excess, grid)
         found.map, found.map_grid = (attributed / max(found.total, 1e-300)).cpu(), grid
-    pattern, evidence = fault_patterns.name(found, shape)
+    nonfinite = nonfinite_regions.footprint(kernel, ref, exclude)
+    if nonfinite is not None:
+        pattern, evidence = nonfinite_regions.name(nonfinite, shape)
+    else:
+        pattern, evidence = fault_patterns.name(found, shape)
     return {"pattern": pattern, "evidence": evidence, **localization.record(found, shape)}
 
 

@@ -298,6 +298,11 @@ PATTERN_CHECK = {
     "the causal diagonal band": "causal_band", "each row scaled by its own factor": "row_scaling",
     "dropout-kept elements only": "dropout_rescale",
     "every element by a common factor": "common_factor", "every row uniformly": "every_row",
+    # regions of non-finite elements (nonfinite_regions), ranked beside their nearest kin
+    "one query row": "one_element", "one key row": "one_element", "head-dim columns": "head_dim_tail",
+    "one head": "one_slice", "some heads": "one_slice", "one batch": "all_but_first",
+    "some batches": "all_but_first", "some (batch, head) slices": "all_but_first",
+    "query blocks": "first_rows", "key blocks": "first_rows", "query rows": "first_rows", "key rows": "first_rows",
 }
 
 
