@@ -12,7 +12,7 @@ One chunked algorithm (``reference.attention``) is parameterised by a :class:`Pr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
@@ -94,11 +94,4 @@ MATCHED = Precision(
 
 # MATCHED for a kernel that declares fp32 products at TF32 (conformance.judging.conventions):
 # its fp32 matmul operands, P and dS rounded to TF32; fp16/bf16 inputs are unaffected.
-MATCHED_TF32 = Precision(
-    name="matched-tf32",
-    operand_dtype=None,
-    accumulate_dtype=torch.float32,
-    round_p_and_ds=True,
-    output_dtype=None,
-    tf32_operands=True,
-)
+MATCHED_TF32 = replace(MATCHED, name="matched-tf32", tf32_operands=True)
