@@ -63,7 +63,7 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
                           "e.g. bwd_dq:m128n64s3w8 (the sweep tier's cfg= token)")
     run.add_argument("--seeds", type=int, metavar="N", help="run every selected case under seeds 0..N-1")
     run.add_argument("--distribution", metavar="SPEC",
-                     help="input values: normal, scaled:S, logits:L, outliers:M, nearconst:E")
+                     help="input values: normal, scaled:S, logits:L, outliers:M, nearconst:E, negative:L")
     run.add_argument("--resume", metavar="DIR",
                      help="finish the run in DIR: its own selection, recorded cases skipped, the rest appended")
     run.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
