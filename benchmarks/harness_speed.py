@@ -31,6 +31,7 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
 
 from tabulate import tabulate  # noqa: E402
 
+from conformance.bundled.benchmarks import harness_throughput  # noqa: E402
 from conformance.reporting.time_breakdown import phase_totals  # noqa: E402
 from conformance.running.results import read_env, read_results  # noqa: E402
 
@@ -40,16 +41,17 @@ HEADERS = ["label", "tier", "device", "revision", "workers", "cases", "wall s", 
            "compile cold s", "compile cached s", "largest phases", "exit"]
 
 
-def record(run_dir: pathlib.Path, label: str, exit_code: int) -> dict:
-    """The figures of one finished run folder."""
-    env, lines = read_env(run_dir), read_results(run_dir)
-    cases, phases = phase_totals(lines)
-    timing = env.get("timing") or {}
-    wall = timing.get("wall_s")
+def record(run_dir: pathlib.Path, label: str, exit_code: int | None) -> dict:
+    """The figures of one finished run folder: its throughput as the benchmark report states it
+    (harness_throughput.summarise: every case line, the run's wall time), with its workers,
+    revision and phases (Triton compilation, the largest three)."""
+    throughput = harness_throughput.summarise(run_dir)
+    env = read_env(run_dir)
+    _, phases = phase_totals(read_results(run_dir))
     largest = sorted(phases.items(), key=lambda item: -item[1])[:3]
-    return {"label": label, "tier": env.get("tier"), "device": env.get("device"),
-            "revision": (env.get("harness") or {}).get("revision"), "workers": timing.get("workers"),
-            "cases": cases, "wall_s": wall, "cases_per_s": round(cases / wall, 3) if wall else None,
+    return {"label": label, "tier": throughput["tier"], "device": throughput["device"],
+            "revision": (env.get("harness") or {}).get("revision"), "workers": (env.get("timing") or {}).get("workers"),
+            "cases": throughput["cases"], "wall_s": throughput["wall_s"], "cases_per_s": throughput["cases_per_s"],
             "compile_cold_s": round(phases.get("compile_cold", 0.0), 2),
             "compile_cached_s": round(phases.get("compile_cached", 0.0), 2),
             "largest_phases": {name: round(seconds, 2) for name, seconds in largest}, "exit": exit_code}

@@ -28,8 +28,6 @@ import time
 # The phases of one case, in the order of the flow (the report keeps this order).
 CASE_PHASES = ("inputs", "launch", "compile_cold", "compile_cached", "determinism", "reference",
                "torch_paths", "noise", "judging", "diagnosis", "other")
-# Nested inside `launch`: their seconds are taken out of the phase they ran in.
-COMPILE_PHASES = ("compile_cold", "compile_cached")
 
 
 class PhaseClock:

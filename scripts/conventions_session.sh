@@ -18,13 +18,12 @@ OUT=${OUT:-/tmp/out}
 RUNS=reports/runs/conventions
 mkdir -p "$RUNS" "$OUT"
 
-step() {  # name, command...
-  local name=$1; shift
-  local started=$SECONDS
-  echo "== $name: $*" | tee -a "$RUNS/steps.log"
-  timeout 500 "$@" > "$RUNS/$name.log" 2>&1
-  echo "== $name: exit $? after $((SECONDS - started)) s" | tee -a "$RUNS/steps.log"
-  tar czf "$OUT/conventions.tgz" -C reports/runs conventions  # after every step: a cut-off call keeps them
+source scripts/steps.sh  # step NAME COMMAND...
+STEP_TIMEOUT=500
+
+packed_step() {  # a step, then every run folder packed: a call cut off later keeps them
+  step "$@"
+  tar czf "$OUT/conventions.tgz" -C reports/runs conventions
 }
 
 lse_cases() {
@@ -35,22 +34,22 @@ print('\n'.join('--case=' + case.id for case in cases('standard') if case.op == 
 
 for name in "$@"; do
   case "$name" in
-    sdpa-top-left) step "$name" python -m conformance run --tier standard --op flash_attention \
+    sdpa-top-left) packed_step "$name" python -m conformance run --tier standard --op flash_attention \
                      --kernel flash_attention=sdpa:flash_is_causal --out "$RUNS/$name" ;;
     sdpa-*-top-left) backend=${name#sdpa-}; backend=${backend%-top-left}
-                     step "$name" python -m conformance run --tier standard --op flash_attention \
+                     packed_step "$name" python -m conformance run --tier standard --op flash_attention \
                        --kernel "flash_attention=sdpa:${backend}_is_causal" --out "$RUNS/$name" ;;
     new-standard) mapfile -t ids < <(python -c "
 from conformance.cases.tiers import cases
 print('\n'.join('--case=' + case.id for case in cases('standard') if case.op == 'piecewise_attention' and case.values))")
-                  step "$name" python -m conformance run "${ids[@]}" --out "$RUNS/$name" ;;
-    mutant-piecewise) step "$name" python -m mutants --tier standard --mutant piecewise_running_max_starts_at_zero \
+                  packed_step "$name" python -m conformance run "${ids[@]}" --out "$RUNS/$name" ;;
+    mutant-piecewise) packed_step "$name" python -m mutants --tier standard --mutant piecewise_running_max_starts_at_zero \
                         --max-kills 3 --out "$RUNS/$name" ;;
     lse-declared) mapfile -t ids < <(lse_cases)
-                  step "$name" python -m conformance run "${ids[@]}" \
+                  packed_step "$name" python -m conformance run "${ids[@]}" \
                     --kernel flash_attention=tests.convention_doubles:bundled_lse_plus_inf --out "$RUNS/$name" ;;
     lse-undeclared) mapfile -t ids < <(lse_cases)
-                    step "$name" python -m conformance run "${ids[@]}" \
+                    packed_step "$name" python -m conformance run "${ids[@]}" \
                       --kernel flash_attention=tests.convention_doubles:bundled_lse_plus_inf_undeclared --out "$RUNS/$name" ;;
     *) echo "unknown step $name" | tee -a "$RUNS/steps.log" ;;
   esac

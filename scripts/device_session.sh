@@ -22,13 +22,7 @@ RUNS=reports/runs/device
 mkdir -p "$RUNS/flake-scales" "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RUNS/gpu.txt" 2>&1
 
-step() {  # name, command...
-  local name=$1; shift
-  local started=$SECONDS
-  echo "== $name: $*" | tee -a "$RUNS/steps.log"
-  timeout 560 "$@" > "$RUNS/$name.log" 2>&1
-  echo "== $name: exit $? after $((SECONDS - started)) s" | tee -a "$RUNS/steps.log"
-}
+source scripts/steps.sh  # step NAME COMMAND...
 
 pids=()
 for name in "$@"; do

@@ -25,12 +25,13 @@ BASELINE=${BASELINE:-reports/h100-sm90/standard}
 mkdir -p "$RUNS" "$OUT"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; } > "$RUNS/machine.txt" 2>&1
 
-step() {  # name, cache, command...
+source scripts/steps.sh  # step NAME COMMAND...
+STEP_TIMEOUT=590
+
+cached_step() {  # name, cache, command...: a step whose Triton cache is $CACHE_ROOT/<cache>
   local name=$1 cache=$2; shift 2
-  local started=$SECONDS
-  echo "== $name (cache $cache): $*" | tee -a "$RUNS/steps.log"
-  FA_TRITON_CACHE="$CACHE_ROOT/$cache" timeout 590 "$@" > "$RUNS/$name.log" 2>&1
-  echo "== $name: exit $? after $((SECONDS - started)) s" | tee -a "$RUNS/steps.log"
+  echo "== $name uses the Triton cache $cache" | tee -a "$RUNS/steps.log"
+  FA_TRITON_CACHE="$CACHE_ROOT/$cache" step "$name" "$@"
 }
 
 isolation_cases() {  # the cases of the crash/hang steps: 4 that trigger the mutant ($1: Sq1 or Sk1), 20 that do not
@@ -50,19 +51,19 @@ isolation_cases() {  # the cases of the crash/hang steps: 4 that trigger the mut
 
 for name in "$@"; do
   case "$name" in
-    before) step before before python -m conformance run --tier standard -n 0 --out "$RUNS/before" ;;
-    cold) step cold shared python -m conformance run --tier standard --out "$RUNS/cold" ;;
-    cold-n*) n=${name#cold-n}; step "$name" "n$n" python -m conformance run --tier standard -n "$n" --out "$RUNS/$name" ;;
-    warm-n*) n=${name#warm-n}; step "$name" "n$n" python -m conformance run --tier standard -n "$n" --out "$RUNS/$name" ;;
-    warm) step warm shared python -m conformance run --tier standard --out "$RUNS/warm" ;;
-    n1) step n1 shared python -m conformance run --tier standard -n 1 --out "$RUNS/n1" ;;
+    before) cached_step before before python -m conformance run --tier standard -n 0 --out "$RUNS/before" ;;
+    cold) cached_step cold shared python -m conformance run --tier standard --out "$RUNS/cold" ;;
+    cold-n*) n=${name#cold-n}; cached_step "$name" "n$n" python -m conformance run --tier standard -n "$n" --out "$RUNS/$name" ;;
+    warm-n*) n=${name#warm-n}; cached_step "$name" "n$n" python -m conformance run --tier standard -n "$n" --out "$RUNS/$name" ;;
+    warm) cached_step warm shared python -m conformance run --tier standard --out "$RUNS/warm" ;;
+    n1) cached_step n1 shared python -m conformance run --tier standard -n 1 --out "$RUNS/n1" ;;
     crash) mapfile -t ids < <(isolation_cases Sk1)
-           step crash crash python -m conformance run --case-timeout 120 \
+           cached_step crash crash python -m conformance run --case-timeout 120 \
              --kernel flash_attention=mutants.registry:flash_attention_crash "${ids[@]}" --out "$RUNS/crash" ;;
     hang) mapfile -t ids < <(isolation_cases Sq1)
-          step hang hang python -m conformance run --case-timeout 30 \
+          cached_step hang hang python -m conformance run --case-timeout 30 \
             --kernel flash_attention=mutants.registry:flash_attention_hang "${ids[@]}" --out "$RUNS/hang" ;;
-    bench) step bench shared python benchmarks/harness_speed.py --tier standard --out "$RUNS/harness-speed" ;;
+    bench) cached_step bench shared python benchmarks/harness_speed.py --tier standard --out "$RUNS/harness-speed" ;;
     *) echo "unknown step $name" | tee -a "$RUNS/steps.log"; continue ;;
   esac
   if [ -f "$RUNS/$name/results.jsonl" ] && [ "$name" != crash ] && [ "$name" != hang ] && [ "$name" != bench ]; then

@@ -168,11 +168,12 @@ def _header(env: dict, lines: list[dict], title: str) -> str:
     fingerprint = " · ".join(f"{key} {summary.format_env_value(key, env[key])}"
                              for key in _HEADER_FIELDS if key in env)
     implementation = env.get("implementation")
+    determinism = summary.determinism_text(lines, env)
     return (f"<h1>{escape(title)}</h1><p class='totals'>{_badges(lines)}</p>"
             f"<p>{escape(markdown.headline(lines))}</p>"
-            + (f"<p>{escape(summary.determinism_text(lines, env))}</p>" if summary.determinism_text(lines, env) else "")
+            + (f"<p>{escape(determinism)}</p>" if determinism else "")
             + "".join(f"<p>Judged as declared: {escape(sentence)}</p>" for sentence in declared.convention_sentences(lines))
-            +             f"<p class='note'>{escape(fingerprint)} (full fingerprint at the end)</p>"
+            + f"<p class='note'>{escape(fingerprint)} (full fingerprint at the end)</p>"
             + (f"<p>Implementation: {escape(summary.format_env_value('implementation', implementation))}</p>"
                if implementation else ""))
 

@@ -137,10 +137,9 @@ def render(env: dict, lines: list[dict]) -> str:
     parts += _optional_section(compile_time.TITLE, *compile_time.compile_time_table(lines), "implementation")
     parts += probe_section(lines)
     parts += ["## Totals", "", table(*summary.totals_table(lines)), ""]
-    if summary.determinism_text(lines, env):
-        parts += [summary.determinism_text(lines, env), ""]
-    parts += [f"Judged as declared: {sentence}" for sentence in declared.convention_sentences(lines)]
-    parts += [""] if declared.convention_sentences(lines) else []
+    determinism, conventions = summary.determinism_text(lines, env), declared.convention_sentences(lines)
+    parts += [determinism, ""] if determinism else []
+    parts += [*(f"Judged as declared: {sentence}" for sentence in conventions), ""] if conventions else []
     parts += problem_section(lines)
     parts += _optional_section("Known issues", *summary.known_issue_table(lines), "example case")
     if summary.of_kind(lines, summary.CASE):

@@ -37,11 +37,10 @@ def render(env: dict, lines: list[dict]) -> str:
     known issues, unsupported reasons, then every line that fails the run."""
     out = [f"Conformance on {env.get('backend', '?')} ({env.get('device', '?')}): {summary.totals_text(lines)}", ""]
     out += [f"MERGE WARNING: {warning}" for warning in env.get("merge_warnings") or []]
-    if time_breakdown.summary_text(env, lines):
-        out += [time_breakdown.summary_text(env, lines), ""]
-    if summary.determinism_text(lines, env):
-        out += [summary.determinism_text(lines, env), ""]
-    out += [f"judged as declared: {sentence}" for sentence in declared.convention_sentences(lines)]
+    for text in (time_breakdown.summary_text(env, lines), summary.determinism_text(lines, env)):
+        out += [text, ""] if text else []
+    conventions = declared.convention_sentences(lines)
+    out += [*(f"judged as declared: {sentence}" for sentence in conventions), ""] if conventions else []
     out += _optional_table("merged runs", *merge.machine_table(env))
     out += _optional_table("implementations", *summary.implementation_table(env, lines))
     out += _optional_table("cases per GPU", *devices.gpu_table(env, lines))

@@ -123,8 +123,9 @@ def command_run(args) -> int:
     _, profile, cases = _run_selection(args)
     out_dir = Path(args.resume or args.out or default_run_dir(profile.key))
     workers = run_options.xdist_workers(args.workers, profile)
-    if run_options.worker_plan_text(args.workers, profile):
-        print(f"conformance: {run_options.worker_plan_text(args.workers, profile)}", flush=True)
+    plan = run_options.worker_plan_text(args.workers, profile)
+    if plan:
+        print(f"conformance: {plan}", flush=True)
     print(f"conformance: Triton cache {triton_cache.use_shared_cache()}", flush=True)
     if any(case.config for case in cases):
         print(cost_estimate(cases, profile, workers), flush=True)

@@ -14,7 +14,6 @@ import dataclasses
 
 from conformance.cases.catalog import Case
 from conformance.bundled.kernels.tuning_space import check_in_space, config_text, configured, parse_config
-from conformance.bundled.kernels.tuning import recorded_launches  # the runner records a call in it
 
 NOT_BUNDLED = "launch configurations are the bundled kernels' own: this implementation has none to set"
 

@@ -46,7 +46,6 @@ def case_of_nodeid(nodeid: str) -> Case | None:
         return None
 
 
-
 class ResultsRecorder:
     """Writes results lines and the final report; lives in the reporting process only.
 

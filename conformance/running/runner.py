@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+from conformance.bundled.kernels.tuning import recorded_launches
 from conformance.bundled.reference import MATCHED
 
 from conformance.cases.catalog import Case
@@ -202,10 +203,9 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
     except TypeError as exc:  # no way to replay its dropout mask
         return {"rule_verdict": verdicts.ERROR, **error_fields(exc)}
     convention = {"return_convention": returned.convention} if returned.convention else {}
-    extra = {}
     conventions = declared_conventions(case, implementations)
-    if conventions.applied(case):  # the line names what its judging took as declared
-        extra["conventions"] = conventions.applied(case)
+    applied = conventions.applied(case)
+    extra = {"conventions": applied} if applied else {}  # the line names what its judging took as declared
     paths = comparison_paths(case, op, inputs, replay, timer, conventions)
     contract_problem = _contract_problem(case, kernel, paths.reference)
     if contract_problem:
@@ -265,7 +265,7 @@ class _Launch:
         case, op = self.case, self.op
         try:
             with self.implementations.launch_context(case.op), configurations.applied(case), \
-                    configurations.recorded_launches() as self.launched:
+                    recorded_launches() as self.launched:
                 if self.seed_offset and case.dropout:
                     seed_rng_for_call(case)
                 if case.direction == "fwd":
