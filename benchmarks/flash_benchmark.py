@@ -29,7 +29,8 @@ from conformance.bundled.benchmarks import grid, harness_throughput, implementat
 EXIT_NO_GPU = EXIT_USAGE = 2
 
 
-def parse_args(argv):
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this script (the docs' command reference is generated from it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke check: S {grid.QUICK['seq_lens']}, D {grid.QUICK['head_dims']}, "
@@ -45,6 +46,11 @@ def parse_args(argv):
     parser.add_argument("--seq-lens", help="comma-separated S values (default: the grid's)")
     parser.add_argument("--head-dims", help="comma-separated D values (default: the grid's)")
     parser.add_argument("--dtypes", help="comma-separated dtypes among fp16,bf16 (default: the grid's)")
+    return parser
+
+
+def parse_args(argv):
+    parser = build_parser()
     args = parser.parse_args(argv)
     unknown = set(args.impls.split(",")) - set(implementations.NAMES)
     if unknown:

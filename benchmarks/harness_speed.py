@@ -67,7 +67,8 @@ def render(records: list[dict]) -> str:
             + tabulate(rows, headers=HEADERS, tablefmt="github", disable_numparse=True) + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this script (the docs' command reference is generated from it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tier", default="auto", help="the tier to time (default: the backend's own)")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("reports/runs/harness-speed"),
@@ -76,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", nargs="+", type=pathlib.Path, metavar="RUN",
                         help="run nothing: record these finished run folders (labelled by folder name)")
     parser.add_argument("run_args", nargs="*", help="more arguments for `conformance run` (after --)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     args.out = args.out.resolve()  # the run starts in the checkout's root
     if args.record:

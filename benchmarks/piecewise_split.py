@@ -134,11 +134,17 @@ def render(out: Path) -> str:
             + tabulate(rows, headers, tablefmt="github") + "\n")
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this script (the docs' command reference is generated from it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="folder for the runs and the table")
     parser.add_argument("--render", type=Path, help="render the table of an earlier --out folder")
     parser.add_argument("--mode", choices=("split", "selecting"), help=argparse.SUPPRESS)  # one process's mode
+    return parser
+
+
+def main() -> int:
+    parser = build_parser()
     args = parser.parse_args()
     if args.mode:
         print("\n".join(json.dumps(line) for line in measure(args.mode)))

@@ -61,12 +61,18 @@ def _kernels_of(checkout: pathlib.Path | None):
     return kernels
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this script (the docs' command reference is generated from it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--head-dims", default="64,128")
-    parser.add_argument("--seq-len", type=int, default=8192)
-    parser.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
+    parser.add_argument("--head-dims", default="64,128", help="comma-separated head dims")
+    parser.add_argument("--seq-len", type=int, default=8192, help="S of every problem")
+    parser.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"), help="input dtype")
     parser.add_argument("--kernels-root", type=pathlib.Path, help="a checkout whose kernels to profile")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     import torch
 

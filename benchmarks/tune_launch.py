@@ -66,15 +66,21 @@ def measure(kernel: str, config: tuning.LaunchConfig, d: int, s: int, causal: bo
         tables[kernel] = saved
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this script (the docs' command reference is generated from it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernel", default="fwd", choices=("fwd", "bwd_dkdv", "bwd_dq"))
-    parser.add_argument("--head-dims", default="64,128")
-    parser.add_argument("--seq-len", type=int, default=8192)
-    parser.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
-    parser.add_argument("--out", type=pathlib.Path)
+    parser.add_argument("--kernel", default="fwd", choices=("fwd", "bwd_dkdv", "bwd_dq"), help="the kernel to sweep")
+    parser.add_argument("--head-dims", default="64,128", help="comma-separated head dims")
+    parser.add_argument("--seq-len", type=int, default=8192, help="S of every problem")
+    parser.add_argument("--dtype", default="fp16", choices=sorted(DTYPES), help="input dtype")
+    parser.add_argument("--out", type=pathlib.Path, help="also write one JSON line per configuration here")
     for axis in GRID:
         parser.add_argument("--" + AXIS_FLAGS[axis], dest=axis, help=f"values of {axis} (default: the built-in grid)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     grid = dict(GRID if args.kernel == "fwd" else BACKWARD_GRID)
     grid.update({axis: tuple(int(x) for x in getattr(args, axis).split(",")) for axis in GRID if getattr(args, axis)})

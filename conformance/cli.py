@@ -1,4 +1,4 @@
-"""`python -m conformance list | run | report`.
+"""`python -m conformance COMMAND`: list the catalog, run and judge cases, render and compare reports.
 
     list   --tier TIER                    one case id per line, nothing else on stdout
     run    [--tier TIER|auto] [--case ID ...] [--op OP ...] [--out DIR] [--backend KEY]

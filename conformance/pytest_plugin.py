@@ -28,6 +28,8 @@ could rewrite it.)
 
 from __future__ import annotations
 
+import argparse
+
 from pathlib import Path
 
 import pytest
@@ -85,6 +87,14 @@ def pytest_addoption(parser):
     group = parser.getgroup("conformance", "FlashAttention conformance harness (conformance.pytest_plugin)")
     for option, keywords in OPTIONS:
         group.addoption(option, **keywords)
+
+
+def options_parser() -> argparse.ArgumentParser:
+    """The plugin's options as an argparse parser: how the docs' command reference reads them."""
+    parser = argparse.ArgumentParser(prog="python -m pytest", add_help=False)
+    for option, keywords in OPTIONS:
+        parser.add_argument(option, **keywords)
+    return parser
 
 
 def names_suite(arg: str) -> bool:

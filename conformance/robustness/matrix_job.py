@@ -73,7 +73,8 @@ def render_matrix(label_dir: Path) -> None:
         (label_dir / name).write_text(render(matrix, fmt), encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this script (the docs' command reference is generated from it)."""
     parser = argparse.ArgumentParser(prog="python -m conformance.robustness.matrix_job", description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", default="reports/matrix", help="matrix folder (default reports/matrix)")
     parser.add_argument("--label", help="machine label (default: cpu, or the backend key such as cuda-sm_90)")
@@ -82,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="scope of the compile-only tier (default quick, as in CI)")
     parser.add_argument("--parts", help="comma-separated subset of this machine's parts (run, sweep, compile) to run now; "
                                         "the other parts' folders are left as they are")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     from conformance import backends
