@@ -69,7 +69,10 @@ def anchor(invocation: str) -> str:
 
 
 def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """One table cell: on one line, its pipes escaped, and `<placeholders>` outside code spans
+    kept as text (markdown would take reports/runs/<time> for an HTML tag and drop it)."""
+    parts = " ".join(str(text).split()).replace("|", "\\|").split("`")
+    return "`".join(part if i % 2 else part.replace("<", "&lt;").replace(">", "&gt;") for i, part in enumerate(parts))
 
 
 def _flags(action: argparse.Action) -> str:

@@ -2,7 +2,7 @@
 
 - `index.md`: the home page is README.md itself, its `docs/…` links made relative to the site;
 - `reference/cli.md`: every command and option, from the argparse parsers (cli_reference.py);
-- `reports/index.md`: the published reports, from their env.json files (reports_index.py);
+- `reports/published.md`: the published reports, from their env.json files (reports_index.py);
 - `reports/<folder>/…`: each published report's own pages, plots and HTML, served as they are.
 
 Both generators live beside this file and run at every build, so the guide cannot
@@ -39,7 +39,7 @@ def home_page() -> str:
 def on_files(files: Files, config) -> Files:
     _add(files, config, "index.md", content=home_page())
     _add(files, config, "reference/cli.md", content=cli_reference.render())
-    _add(files, config, "reports/index.md", content=reports_index.render())
+    _add(files, config, "reports/published.md", content=reports_index.render())
     for path in reports_index.served_files():
         _add(files, config, "reports/" + path.relative_to(reports_index.REPORTS).as_posix(), abs_src_path=str(path))
     return files
