@@ -1,4 +1,5 @@
-"""Bundled Triton attention kernels: `flash_attention` and `piecewise_attention`.
+"""Bundled Triton attention kernels: `flash_attention` (and its packed-batch form
+`flash_attention_varlen`) and `piecewise_attention`.
 
 They stand alone (torch and triton only): their launch tables per target live in
 kernels.tuning, what each target supports in kernels.targets.  To run them on
@@ -19,6 +20,7 @@ import importlib
 # such as a mutant's, then finds its own modules).
 _HOMES = {
     "flash_attention": "flash",
+    "flash_attention_varlen": "flash_varlen",
     "piecewise_attention": "piecewise",
     "dropout_keep_mask": "dropout",
     "poisoned_outputs": "allocation",

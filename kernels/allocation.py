@@ -57,3 +57,18 @@ def new_forward_outputs(q: torch.Tensor, seq_k: int):
     if seq_k == 0:
         return out.zero_(), lse.fill_(float("-inf")), True
     return out, lse, False
+
+
+def new_varlen_forward_outputs(q: torch.Tensor, total_k: int):
+    """The varlen counterpart of `new_forward_outputs`: out (total_q, H, D) and lse
+    (H, total_q) fp32, FlashAttention-2's varlen layout; `done` when q has no token, or
+    k none (every row then sees no key).  Sequences of no token within a batch are the
+    kernels' business."""
+    total_q, heads, _ = q.shape
+    out = new_output(q.shape, output_dtype(q.dtype), q.device)
+    lse = new_output((heads, total_q), torch.float32, q.device)
+    if total_q == 0:
+        return out, lse, True
+    if total_k == 0:
+        return out.zero_(), lse.fill_(float("-inf")), True
+    return out, lse, False

@@ -2,8 +2,11 @@
 
 Each block is one idea: load a masked tile, multiply two tiles with fp32
 accumulation, decide which (query, key) pairs are visible, turn scores into
-probabilities.  The forward and backward kernels (and later variants) are
-written from these, so a fix or a backend quirk is handled in one place.
+probabilities.  The forward and backward kernels (and their variants) are
+written from these, so a fix or a backend quirk is handled in one place.  The
+variants' own blocks sit beside them: kernels.bands (the sliding window's mask and
+tile bounds), kernels.scores (softcap, ALiBi, and the probabilities the backward
+rebuilds), kernels.sequences (where a packed sequence lies).
 
 Conventions: tiles are 2-D, rows first; a "row" offset vector indexes the
 sequence axis and a "col" offset vector the head-dim axis.  Scores are kept in
@@ -346,19 +349,6 @@ def normalised(raw, lse, sm_scale):
     attention was 2.4x torch's error on an H100."""
     finite_lse = tl.where(lse == float("-inf"), float("inf"), lse)
     return tl.math.exp2(tl.math.fma(raw, sm_scale, -finite_lse) * LOG2_E)
-
-
-@triton.jit
-def probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale,
-                  CAUSAL: tl.constexpr, MASKED: tl.constexpr, INTERPRETED: tl.constexpr):
-    """The [M, N] tile of normalised probabilities P of query tile q and key tile k.
-
-    MASKED=False skips the visibility mask: for tiles wholly inside the keys and the
-    causal window.  Query rows past seq_q need no mask either way: their lse reads -inf."""
-    p = normalised(raw_scores(q, k, INTERPRETED), lse[:, None], sm_scale)
-    if MASKED:
-        p = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), p, 0.0)
-    return p
 
 
 @triton.jit

@@ -15,6 +15,7 @@ which saves a multiply per element and a rounding before the low-precision cast.
 import triton
 import triton.language as tl
 
+from .bands import visible_pairs, window_key_tiles
 from .blocks import (
     LOG2_E,
     causal_key_end,
@@ -31,32 +32,38 @@ from .blocks import (
     program_coordinates,
     raw_scores,
     store_tile,
-    visible,
 )
+from .scores import head_slope, softmax_scale, softmax_scores
+from .sequences import at_token, row_stats, sequence_span, streamed_rows
 
 
 @triton.jit
 def attend_keys(q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims,
                 first_key, key_stop, stride_kn, stride_kd, stride_vn, stride_vd,
-                seq_q, seq_k, head_dim, qk_scale, seed_lo, seed_hi, drop_threshold, batch_head,
-                CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, MASKED: tl.constexpr,
+                seq_q, seq_k, head_dim, sm_scale, qk_scale, seed_lo, seed_hi, drop_threshold, batch_head,
+                window_left, window_right, softcap, alibi_slope,
+                CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
+                DROPOUT: tl.constexpr, MASKED: tl.constexpr,
                 BLOCK_N: tl.constexpr, STAGES: tl.constexpr, DESCRIPTORS: tl.constexpr,
                 INTERPRETED: tl.constexpr):
     """The online softmax over key tiles [first_key, key_stop): returns the new
     (acc, row_max, row_sum, row_sum_error).
 
     MASKED=False is the off-band part: every tile lies inside the keys and inside every
-    row's causal window, so no pair is masked and key rows are loaded without a bound
-    check; only the head-dim padding is masked.  MASKED=True is the rest: the causal
-    diagonal band and the ragged last tile.  STAGES is the loop's software-pipelining
-    depth (the launch's num_stages); k_source and v_source are blocks.tile_source's."""
+    row's causal window (or sliding window), so no pair is masked and key rows are loaded
+    without a bound check; only the head-dim padding is masked.  MASKED=True is the rest:
+    the causal diagonal band (the window's edges) and the ragged last tile.  STAGES is
+    the loop's software-pipelining depth (the launch's num_stages); k_source and v_source
+    are blocks.tile_source's.  qk_scale is log2(e) times scores.softmax_scale."""
     for key_start in tl.range(first_key, key_stop, BLOCK_N, num_stages=STAGES):
         cols = key_start + tl.arange(0, BLOCK_N)
         key_rows = seq_k if MASKED else None  # None: no bound check (blocks.below)
         k = load_rows(k_source, key_start, cols, dims, stride_kn, stride_kd, key_rows, head_dim, DESCRIPTORS)
-        s = raw_scores(q, k, INTERPRETED)
+        s, _cap_slope = softmax_scores(raw_scores(q, k, INTERPRETED), rows, cols, seq_q, seq_k, sm_scale,
+                                       softcap, alibi_slope, SOFTCAP, ALIBI)
         if MASKED:
-            s = tl.where(visible(rows, cols, seq_q, seq_k, CAUSAL), s, float("-inf"))
+            s = tl.where(visible_pairs(rows, cols, seq_q, seq_k, window_left, window_right, CAUSAL, WINDOW),
+                         s, float("-inf"))
         p, rescale, row_max, row_sum, row_sum_error = online_softmax_weights(
             s, row_max, row_sum, row_sum_error, qk_scale)
 
@@ -74,8 +81,15 @@ def attend_keys(q, acc, row_max, row_sum, row_sum_error, k_source, v_source, row
 # for every divisibility pattern (509, 1000, 1024, 1, ...).  head_dim is: every supported
 # head dim is a multiple of 16, which Triton then knows, so the head-dim mask is constant
 # over 16 columns and tiles load as 16-byte vectors (one variant; each kernel does so).
+#
+# The variants (kernels.problem says what the host passes): VARLEN reads each program's
+# sequence from cu_seqlens (kernels.sequences; seq_q, seq_k are then the longest
+# lengths), WINDOW limits keys to a band (kernels.bands), SOFTCAP and ALIBI change the
+# scores (kernels.scores).  Their arguments are None and their flags left at False for
+# plain attention, which then compiles exactly as without them.
 @triton.jit(do_not_specialize=["num_heads", "group_size", "seq_q", "seq_k",
-                               "seed_lo", "seed_hi", "drop_threshold", "first_batch_head"])
+                               "seed_lo", "seed_hi", "drop_threshold", "first_batch_head",
+                               "total_q", "window_left", "window_right"])
 def flash_forward_kernel(
     Q, K, V, O, LSE,
     sm_scale,
@@ -85,22 +99,36 @@ def flash_forward_kernel(
     stride_ob, stride_oh, stride_om, stride_od,
     num_heads, group_size, seq_q, seq_k, head_dim,
     seed_lo, seed_hi, drop_threshold, keep_scale,
+    CU_SEQLENS_Q, CU_SEQLENS_K, total_q, window_left, window_right, softcap, ALIBI_SLOPES, stride_alibi_b,
     first_batch_head,
     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     STAGES: tl.constexpr, DESCRIPTORS: tl.constexpr, INTERPRETED: tl.constexpr,
+    VARLEN: tl.constexpr = False, WINDOW: tl.constexpr = False,
+    SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
 ):
     block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
                                                                     first_batch_head)
+    q_start = 0
+    if VARLEN:
+        q_start, seq_q = sequence_span(CU_SEQLENS_Q, batch)
+        k_start, seq_k = sequence_span(CU_SEQLENS_K, batch)
+        if block_m * BLOCK_M >= seq_q:
+            return  # past this sequence's last query tile
+        Q = at_token(Q, q_start, stride_qm)
+        K = at_token(K, k_start, stride_kn)
+        V = at_token(V, k_start, stride_vn)
     k_base = K + head_offset(batch, kv_head, stride_kb, stride_kh)
     v_base = V + head_offset(batch, kv_head, stride_vb, stride_vh)
-    k_source = tile_source(k_base, seq_k, head_dim, stride_kn, BLOCK_N, BLOCK_D, DESCRIPTORS)
-    v_source = tile_source(v_base, seq_k, head_dim, stride_vn, BLOCK_N, BLOCK_D, DESCRIPTORS)
+    k_source = tile_source(k_base, streamed_rows(seq_k, VARLEN), head_dim, stride_kn, BLOCK_N, BLOCK_D, DESCRIPTORS)
+    v_source = tile_source(v_base, streamed_rows(seq_k, VARLEN), head_dim, stride_vn, BLOCK_N, BLOCK_D, DESCRIPTORS)
 
     rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
     q = load_head_tile(Q, batch, head, stride_qb, stride_qh, rows, dims, stride_qm, stride_qd, seq_q, head_dim)
-    qk_scale = sm_scale * LOG2_E
+    score_scale = softmax_scale(sm_scale, SOFTCAP, ALIBI)
+    qk_scale = score_scale * LOG2_E
+    alibi_slope = head_slope(ALIBI_SLOPES, stride_alibi_b, batch, head, ALIBI)
 
     row_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -108,23 +136,42 @@ def flash_forward_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
 
     # Off-band key tiles first (no pair masked), then the causal band and the ragged
-    # tail.  The split does not change the order in which tiles are added.
-    band_start = off_band_end(block_m * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
-    key_end = causal_key_end((block_m + 1) * BLOCK_M, seq_q, seq_k, CAUSAL)
+    # tail; with a window, its left edge (masked), the tiles inside the band for every
+    # row (unmasked), its right edge and the ragged tail (masked), and no tile outside
+    # it.  The split does not change the order in which tiles are added.
+    if WINDOW:
+        key_first, unmasked_start, unmasked_end, key_end = window_key_tiles(
+            block_m * BLOCK_M, seq_q, seq_k, window_left, window_right, BLOCK_M, BLOCK_N)
+        acc, row_max, row_sum, row_sum_error = attend_keys(
+            q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, key_first, unmasked_start,
+            stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale, qk_scale,
+            seed_lo, seed_hi, drop_threshold, batch_head, window_left, window_right, softcap, alibi_slope,
+            CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED)
+    else:
+        unmasked_start = 0
+        unmasked_end = off_band_end(block_m * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
+        key_end = causal_key_end((block_m + 1) * BLOCK_M, seq_q, seq_k, CAUSAL)
     acc, row_max, row_sum, row_sum_error = attend_keys(
-        q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, 0, band_start,
-        stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, qk_scale,
-        seed_lo, seed_hi, drop_threshold, batch_head, CAUSAL, DROPOUT, False, BLOCK_N, STAGES, DESCRIPTORS,
-        INTERPRETED)
+        q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, unmasked_start, unmasked_end,
+        stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale, qk_scale,
+        seed_lo, seed_hi, drop_threshold, batch_head, window_left, window_right, softcap, alibi_slope,
+        CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, False, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED)
     acc, row_max, row_sum, row_sum_error = attend_keys(
-        q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, band_start, key_end,
-        stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, qk_scale,
-        seed_lo, seed_hi, drop_threshold, batch_head, CAUSAL, DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS,
-        INTERPRETED)
+        q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, unmasked_end, key_end,
+        stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale, qk_scale,
+        seed_lo, seed_hi, drop_threshold, batch_head, window_left, window_right, softcap, alibi_slope,
+        CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED)
 
-    out, lse = finished_rows(acc, row_max, row_sum, sm_scale)
+    out, lse = finished_rows(acc, row_max, row_sum, score_scale)
     if DROPOUT:
         out = out * keep_scale
+    if VARLEN:
+        # Read again rather than kept live through the key loop, whose D = 128 tiles take
+        # every register: holding the moved O pointer across it made the forward 17 % slower
+        # than the dense one on an H100 (bf16, 4 x 8192 causal), reading it here 11 %.
+        q_start = tl.load(CU_SEQLENS_Q + batch)
+        O = at_token(O, q_start, stride_om)
     o_base = O + head_offset(batch, head, stride_ob, stride_oh)
     store_tile(o_base, out, rows, dims, stride_om, stride_od, seq_q, head_dim, INTERPRETED)
-    tl.store(LSE + batch_head.to(tl.int64) * seq_q + rows, lse, mask=rows < seq_q)
+    lse_base = row_stats(LSE, batch_head, head, seq_q, q_start, total_q, VARLEN)
+    tl.store(lse_base + rows, lse, mask=rows < seq_q)

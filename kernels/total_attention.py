@@ -2,6 +2,9 @@
 
     total[b, h, j] = sum_i P_ij,    P = softmax(sm_scale q k^T) (un-dropped)
 
+(with a window, a softcap or ALiBi, P is the softmax they define: the same
+kernels.scores.probabilities as the backward's, over the rows the band holds).
+
 A forward-only by-product, computed after the forward from its log-normalizer:
 one program per (key block, batch x head) rebuilds P tile by tile, exactly as the
 dK/dV kernel does, and sums it over the query axis.  Each program owns its
@@ -11,6 +14,7 @@ columns, so there are no atomics and the result is deterministic.
 import triton
 import triton.language as tl
 
+from .bands import window_query_tiles
 from .blocks import (
     causal_query_start,
     compensated_add,
@@ -19,22 +23,27 @@ from .blocks import (
     load_row_stat,
     load_tile,
     pairwise_column_sums,
-    probabilities,
     program_coordinates,
 )
+from .scores import head_slope, probabilities
 
 
-@triton.jit(do_not_specialize=["num_heads", "group_size", "seq_q", "seq_k", "first_batch_head"])
+# The window, softcap and ALiBi arguments and flags as in the forward (kernels.flash_forward),
+# P being the one the forward normalised (kernels.scores.probabilities).
+@triton.jit(do_not_specialize=["num_heads", "group_size", "seq_q", "seq_k", "first_batch_head",
+                               "window_left", "window_right"])
 def total_attention_kernel(
     Q, K, LSE, TOTAL,
     sm_scale,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     num_heads, group_size, seq_q, seq_k, head_dim,
+    window_left, window_right, softcap, ALIBI_SLOPES, stride_alibi_b,
     first_batch_head,
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     INTERPRETED: tl.constexpr,
+    WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
 ):
     block_n, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
                                                                     first_batch_head)
@@ -50,13 +59,20 @@ def total_attention_kernel(
     # forward's row sum).
     total = tl.zeros((BLOCK_N,), dtype=tl.float32)
     total_error = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    query_start = causal_query_start(block_n * BLOCK_N, seq_q, seq_k, BLOCK_M, CAUSAL)
-    for row_start in range(query_start, seq_q, BLOCK_M):
+    alibi_slope = head_slope(ALIBI_SLOPES, stride_alibi_b, batch, head, ALIBI)
+    if WINDOW:  # only the rows that see a key of the tile (kernels.bands)
+        query_start, _unmasked_start, _unmasked_end, rows_end = window_query_tiles(
+            block_n * BLOCK_N, seq_q, seq_k, window_left, window_right, BLOCK_M, BLOCK_N)
+    else:
+        query_start = causal_query_start(block_n * BLOCK_N, seq_q, seq_k, BLOCK_M, CAUSAL)
+        rows_end = seq_q
+    for row_start in range(query_start, rows_end, BLOCK_M):
         rows = row_start + tl.arange(0, BLOCK_M)
         q = load_tile(q_base, rows, dims, stride_qm, stride_qd, seq_q, head_dim)
         # Rows that see no key have lse = -inf, hence P = 0: they add nothing.
         lse = load_row_stat(stats, rows, seq_q, float("-inf"))
-        p = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, CAUSAL, True, INTERPRETED)
+        p, _cap_slope = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, window_left, window_right,
+                                       softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI, True, INTERPRETED)
         total, total_error = compensated_add(total, total_error, pairwise_column_sums(p))
 
     tl.store(TOTAL + batch_head.to(tl.int64) * seq_k + cols, total, mask=cols < seq_k)

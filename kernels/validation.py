@@ -20,13 +20,14 @@ FP8 = {torch.float8_e4m3fn: "fp8e4m3", torch.float8_e5m2: "fp8e5m2"}
 DTYPE_NAMES = {**HIGH_PRECISION, **FP8}
 
 
-def check_tensor(name: str, t, rank: int = 4, dtypes: dict = HIGH_PRECISION) -> None:
-    """A torch.Tensor of `rank` dims whose dtype is one of `dtypes` (dtype -> name)."""
+def check_tensor(name: str, t, rank: int = 4, dtypes: dict = HIGH_PRECISION,
+                 axes: str = "(batch, heads, seqlen, head_dim)") -> None:
+    """A torch.Tensor of `rank` dims (named `axes` in the message) whose dtype is one of
+    `dtypes` (dtype -> name)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.dim() != rank:
-        raise ValueError(f"{name}: expected a rank-{rank} tensor (batch, heads, seqlen, head_dim), "
-                         f"got shape {tuple(t.shape)}")
+        raise ValueError(f"{name}: expected a rank-{rank} tensor {axes}, got shape {tuple(t.shape)}")
     if t.dtype not in dtypes:
         names = ", ".join(str(d) for d in dtypes)
         raise TypeError(f"{name}: expected dtype in ({names}), got {t.dtype}")
@@ -85,15 +86,21 @@ def check_sm_scale(sm_scale) -> float:
     return float(sm_scale)
 
 
-def check_attention_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    batch, heads, _, head_dim = q.shape
-    if k.shape[0] != batch or v.shape[0] != batch:
-        raise ValueError(f"k, v: expected batch size {batch} (from q), got {k.shape[0]} and {v.shape[0]}")
+def check_attention_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: bool = False) -> None:
+    """Shapes of dense (batch, heads, seq, head_dim) inputs, or with `packed` of varlen
+    (tokens, heads, head_dim) ones: k and v alike, one head dim, kv heads dividing heads."""
+    if packed:
+        _, heads, head_dim = q.shape
+        kv_heads = k.shape[1]
+    else:
+        batch, heads, _, head_dim = q.shape
+        kv_heads = k.shape[1]
+        if k.shape[0] != batch or v.shape[0] != batch:
+            raise ValueError(f"k, v: expected batch size {batch} (from q), got {k.shape[0]} and {v.shape[0]}")
     if k.shape != v.shape:
         raise ValueError(f"v: expected the same shape as k {tuple(k.shape)}, got {tuple(v.shape)}")
-    if k.shape[3] != head_dim:
-        raise ValueError(f"k: expected head_dim {head_dim} (from q), got {k.shape[3]}")
-    kv_heads = k.shape[1]
+    if k.shape[-1] != head_dim:
+        raise ValueError(f"k: expected head_dim {head_dim} (from q), got {k.shape[-1]}")
     if kv_heads == 0 or heads % kv_heads != 0:
         raise ValueError(f"k: number of kv heads ({kv_heads}) must divide the number of "
                          f"query heads ({heads})")
@@ -122,3 +129,76 @@ def check_dropout_seed(seed):
         raise TypeError(f"dropout_seed: expected an int or None, got {type(seed).__name__}")
     return int(seed)
 
+
+
+def check_window_size(window_size) -> tuple[int, int] | None:
+    """None, or a pair (left, right) of ints >= -1 (-1: unbounded on that side)."""
+    if window_size is None:
+        return None
+    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+            or not all(isinstance(w, numbers.Integral) and not isinstance(w, bool) for w in window_size)):
+        raise TypeError(f"window_size: expected None or a pair (left, right) of ints, got {window_size!r}")
+    left, right = (int(w) for w in window_size)
+    if left < -1 or right < -1:
+        raise ValueError(f"window_size: expected bounds >= -1 (-1 = unbounded), got ({left}, {right})")
+    return left, right
+
+
+def check_softcap(softcap) -> float | None:
+    """None (no cap) or a finite number > 0."""
+    if softcap is None:
+        return None
+    if isinstance(softcap, (bool, torch.Tensor)) or not isinstance(softcap, numbers.Real):
+        raise TypeError(f"softcap: expected a Python float > 0 or None, got {type(softcap).__name__}")
+    if not math.isfinite(softcap) or softcap <= 0:
+        raise ValueError(f"softcap: expected a finite number > 0 (None for no cap), got {softcap}")
+    return float(softcap)
+
+
+def check_alibi_slopes(slopes, batch: int, heads: int, device: torch.device) -> torch.Tensor | None:
+    """None, or an fp32 tensor of shape (heads,) or (batch, heads) on the inputs' device."""
+    if slopes is None:
+        return None
+    if not isinstance(slopes, torch.Tensor):
+        raise TypeError(f"alibi_slopes: expected a torch.Tensor or None, got {type(slopes).__name__}")
+    if slopes.dtype != torch.float32:
+        raise TypeError(f"alibi_slopes: expected dtype torch.float32, got {slopes.dtype}")
+    if tuple(slopes.shape) not in ((heads,), (batch, heads)):
+        raise ValueError(f"alibi_slopes: expected shape ({heads},) or ({batch}, {heads}), "
+                         f"got {tuple(slopes.shape)}")
+    if slopes.device != device:
+        raise ValueError(f"alibi_slopes: expected a tensor on {device} (the inputs' device), got {slopes.device}")
+    return slopes
+
+
+def check_cu_seqlens(name: str, cu_seqlens, tokens: int, device: torch.device) -> list[int]:
+    """Cumulative sequence offsets: a 1-D int32 tensor on `device`, starting at 0,
+    non-decreasing, ending at `tokens`; returns them as Python ints (one copy to the host)."""
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(cu_seqlens).__name__}")
+    if cu_seqlens.dtype != torch.int32:
+        raise TypeError(f"{name}: expected dtype torch.int32, got {cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] == 0:
+        raise ValueError(f"{name}: expected a 1-D tensor of batch + 1 offsets, got shape {tuple(cu_seqlens.shape)}")
+    if cu_seqlens.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device} (q's device), got {cu_seqlens.device}")
+    offsets = cu_seqlens.tolist()
+    if offsets[0] != 0:
+        raise ValueError(f"{name}: expected the offsets to start at 0, got {offsets[0]}")
+    for index, (before, after) in enumerate(zip(offsets, offsets[1:])):
+        if after < before:
+            raise ValueError(f"{name}: expected non-decreasing offsets, got {after} after {before} (index {index + 1})")
+    if offsets[-1] != tokens:
+        raise ValueError(f"{name}: expected the last offset to equal the number of tokens ({tokens}), "
+                         f"got {offsets[-1]}")
+    return offsets
+
+
+def check_max_seqlen(name: str, max_seqlen, offsets: list[int]) -> int:
+    """An int at least as large as the longest sequence of `offsets`."""
+    if isinstance(max_seqlen, (bool, torch.Tensor)) or not isinstance(max_seqlen, numbers.Integral):
+        raise TypeError(f"{name}: expected an int, got {type(max_seqlen).__name__}")
+    longest = max((after - before for before, after in zip(offsets, offsets[1:])), default=0)
+    if max_seqlen < longest:
+        raise ValueError(f"{name}: expected at least the longest sequence's length ({longest}), got {max_seqlen}")
+    return int(max_seqlen)

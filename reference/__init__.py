@@ -3,6 +3,8 @@
 ``attention_forward`` / ``attention_backward`` run one chunked, memory-bounded algorithm at a
 declared :class:`Precision`: ``REFERENCE`` (float64 throughout) or ``MATCHED`` (what a fused
 FlashAttention kernel does: input-dtype matmul operands, fp32 accumulation and softmax).
+They take FlashAttention-2's variants as keyword arguments (``reference.variants``): ``window``,
+``softcap``, ``alibi_slopes`` and the ``seq_lens`` of a padded variable-length batch.
 """
 
 from .attention import attention_backward, attention_forward

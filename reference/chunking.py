@@ -26,14 +26,15 @@ class ChunkPlan:
 
 
 def plan_chunks(
-    n_units: int, group: int, sq: int, sk: int, elem_bytes: int, max_chunk_bytes: int
+    n_units: int, group: int, sq: int, sk: int, elem_bytes: int, max_chunk_bytes: int, extra_blocks: int = 0
 ) -> ChunkPlan:
-    """Largest blocks whose score tensors (``LIVE_SCORE_BLOCKS`` of them) fit ``max_chunk_bytes``.
+    """Largest blocks whose score tensors (``LIVE_SCORE_BLOCKS`` of them, plus ``extra_blocks``
+    for a computation that keeps more alive) fit ``max_chunk_bytes``.
 
     Rows are filled first (a whole unit's rows if they fit), then more units. The smallest block
     is one unit by one row (``group`` x 1 x Sk scores), used even if it exceeds the budget.
     """
-    bytes_per_unit_row = max(1, group * sk * elem_bytes * LIVE_SCORE_BLOCKS)
+    bytes_per_unit_row = max(1, group * sk * elem_bytes * (LIVE_SCORE_BLOCKS + extra_blocks))
     unit_rows = max(1, max_chunk_bytes // bytes_per_unit_row)
     rows = max(1, min(sq, unit_rows))
     units = max(1, min(n_units, unit_rows // rows))

@@ -140,10 +140,15 @@ def _zeros_like_pair(x: Tensor):
 @torch.no_grad()
 def attention_delta_noise(q: Tensor, k: Tensor, v: Tensor, out: Tensor, do: Tensor, lse: Tensor,
                           causal: bool = False, sm_scale: Optional[float] = None, keep_scale: float = 1.0,
-                          max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES) -> GradientNoise:
+                          max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES, **variant_args) -> GradientNoise:
     """The largest noise sizes of dQ and dK ("dq", "dk"), without u (module doc). out and
-    lse from the reference forward; O is stored in q's dtype; keep_scale is dropout's 1/(1-p)."""
-    st = _attention_setup(q, k, v, causal, sm_scale, REFERENCE, max_chunk_bytes, None)
+    lse from the reference forward; O is stored in q's dtype; keep_scale is dropout's 1/(1-p).
+
+    ``variant_args``: window, softcap, alibi_slopes, seq_lens as for ``attention_forward``.
+    Masks and ALiBi only change which P the noise travels through; softcap multiplies dS_ij
+    by its derivative g_ij = 1 - tanh^2 <= 1, so the noise reaches dQ and dK through P_ij g_ij
+    (both kinds: delta's and dP's errors enter dS before that factor)."""
+    st = _attention_setup(q, k, v, causal, sm_scale, REFERENCE, max_chunk_bytes, None, variant_args)
     dims = st.dims
     qg, og, dog, lg = (grouped(x, dims) for x in (q, out, do, lse))
     kg, vg = units(k, dims), units(v, dims)
@@ -153,14 +158,17 @@ def attention_delta_noise(q: Tensor, k: Tensor, v: Tensor, out: Tensor, do: Tens
             kb, vb = st.operand(kg[u0:u1]), st.operand(vg[u0:u1])
             dk_acc = _zeros_like_pair(kb)
             for r0, r1 in spans(dims.sq, st.plan.rows):
-                e = st.key_end(r1)
+                k0, k1 = st.key_span((r0, r1))
                 qb, ob, dob = (st.operand(x[u0:u1, :, r0:r1]) for x in (qg, og, dog))
-                p = probabilities(_attention_scores(st, qb, kb[:, :e], r0), lg[u0:u1, :, r0:r1].to(st.acc))
-                noise = _row_noise(dob, ob, vb[:, :e], q.dtype, keep_scale)
-                dq_block, dk_block = _block_terms(p, qb, kb[:, :e], noise)
+                s, cap_derivative = _attention_scores(st, qb, kb[:, k0:k1], (u0, r0, k0), want_derivative=True)
+                p = probabilities(s, lg[u0:u1, :, r0:r1].to(st.acc))
+                if cap_derivative is not None:
+                    p.mul_(cap_derivative)
+                noise = _row_noise(dob, ob, vb[:, k0:k1], q.dtype, keep_scale)
+                dq_block, dk_block = _block_terms(p, qb, kb[:, k0:k1], noise)
                 for kind in range(2):
                     squared["dq"][kind].append(dq_block[kind])
-                    dk_acc[kind][:, :e] += dk_block[kind]
+                    dk_acc[kind][:, k0:k1] += dk_block[kind]
             for kind in range(2):
                 squared["dk"][kind].append(dk_acc[kind])
     return GradientNoise.of(squared, st.scale)

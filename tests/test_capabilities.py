@@ -138,3 +138,17 @@ def test_wrong_returns_say_what_was_expected_and_what_came(result, wanted, words
     with pytest.raises(TypeError) as raised:
         returns.parse(result, wanted)
     assert words in str(raised.value)
+
+
+@pytest.mark.parametrize("case_id, key, words", [
+    ("flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq64,Sk64,win128_0,seed0]", "window", "no sliding window"),
+    ("flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq64,Sk64,softcap30,seed0]", "softcap", "no softcap"),
+    ("flash_attention.fwd[fp16,d64,causal,B2,H2,Hkv2,Sq64,Sk64,alibi_bh,seed0]", "alibi", "no ALiBi"),
+    ("flash_attention_varlen.fwd[fp16,d64,causal,B4,H2,Hkv2,Sq64,Sk64,lens=equal,seed0]", "varlen",
+     "no variable-length"),
+])
+def test_flash_attention_2_variants_are_capabilities(case_id, key, words):
+    """Issue 33: window, softcap, alibi and varlen, declared false, make their cases unsupported."""
+    assert words in _excluded(case_id, **{key: False})
+    assert _excluded(case_id, **{key: True}) is None
+    assert _excluded(CASE.id, **{key: False}) is None

@@ -15,6 +15,7 @@ from conformance.cases.catalog import (
     expand_tier,
 )
 from conformance.cases.inputs import generator_seed, make_inputs
+from conformance.cases.variants import has_empty_rows
 from conformance.cases.tiers import TIERS, cases, select
 
 ALL_TIERS = list(TIERS)
@@ -111,8 +112,10 @@ def test_ids_are_unique_and_order_is_deterministic(tier):
 
 
 def test_tier_sizes():
-    assert 40 <= len(cases("smoke")) <= 80
-    assert 300 <= len(cases("standard")) <= 700
+    # Issue 33 (FlashAttention-2's variants) raised the caps from 80 and 700: smoke 80 -> 92
+    # (12 variant cases), standard 664 -> 924.
+    assert 40 <= len(cases("smoke")) <= 96
+    assert 300 <= len(cases("standard")) <= 1000
     standard = {case.id for case in cases("standard")}
     full = [case.id for case in cases("full")]
     assert standard <= set(full)
@@ -155,6 +158,22 @@ def test_every_feature_is_in_smoke_and_standard(tier):
         "NaN input fwd": lambda c: c.bad_input == "nan" and c.direction == "fwd",
         "NaN input bwd": lambda c: c.bad_input == "nan" and c.direction == "bwd",
         "Inf input": lambda c: c.bad_input == "inf",
+        # FlashAttention-2's variants (issue 33)
+        "window fwd": lambda c: c.window and c.direction == "fwd",
+        "window bwd": lambda c: c.window and c.direction == "bwd",
+        "window + causal + Sq != Sk": lambda c: c.window and c.causal and c.seq_q != c.seq_k,
+        "window (0, 0)": lambda c: c.window == (0, 0),
+        "window with rows that see no key": lambda c: c.window and has_empty_rows(c),
+        "softcap fwd": lambda c: c.softcap and c.direction == "fwd",
+        "softcap bwd": lambda c: c.softcap and c.direction == "bwd",
+        "softcap bf16 at large logits": lambda c: c.softcap and c.dtype == "bf16" and c.values == "logits:64",
+        "alibi with GQA": lambda c: c.alibi == "h" and 1 < c.kv_heads < c.heads,
+        "alibi (B, H)": lambda c: c.alibi == "bh",
+        "varlen fwd": lambda c: c.lens and c.direction == "fwd",
+        "varlen bwd": lambda c: c.lens and c.direction == "bwd",
+        "varlen + causal + window": lambda c: c.lens and c.causal and c.window,
+        "varlen dropout + lse": lambda c: c.lens and c.dropout and c.lse,
+        "varlen with a sequence without keys": lambda c: c.lens == "mixed" and c.batch >= 2,
     }
     missing = [name for name, present in wanted.items() if not any(present(c) for c in selected)]
     assert not missing
@@ -171,12 +190,23 @@ def test_standard_contents():
     assert {(c.seq_q, c.seq_k) for c in standard} >= {(509, 509), (1000, 1000), (509, 1024), (1024, 509)}
     assert any(c.lse for c in standard) and all(c.direction == "fwd" for c in standard if c.lse or c.total)
     assert any(c.batch * c.heads > 65535 for c in standard), "grid axis limit"
+    variants = [c for c in standard if c.window or c.softcap or c.alibi or c.lens]
+    assert {c.dtype for c in variants} == {"fp16", "bf16", "fp32", "fp8e4m3", "fp8e5m2"}
+    assert {c.head_dim for c in variants} == {16, 32, 64, 96, 128, 256}
+    assert {c.batch for c in standard if c.lens} >= {16, 32, 1000}, "1 to 1,000 sequences"
+    assert {c.lens for c in standard if c.lens} == {"equal", "paired", "mixed"}
+    for variant in ("window", "softcap", "alibi", "lens"):
+        chosen = [c for c in standard if getattr(c, variant)]
+        assert {c.dtype for c in chosen} >= {"fp16", "bf16", "fp32"}, variant
+        assert {c.direction for c in chosen} == {"fwd", "bwd"} and {c.causal for c in chosen} == {False, True}
 
 
 def test_full_adds_long_sequences():
     long_cases = [c for c in cases("full") if c.seq_q >= 4096]
     assert {c.seq_q for c in long_cases} == {8192, 16384, 32768}
-    assert {(c.batch, c.heads) for c in long_cases} == {(1, 16)}
+    # a varlen case's batch counts its sequences
+    assert {(c.batch, c.heads) for c in long_cases if c.lens is None} == {(1, 16)}
+    assert {(c.seq_q, c.window) for c in long_cases if c.window} >= {(8192, (1024, 0)), (16384, (1024, 0))}
 
 
 def test_grid_expansion_deduplicates_in_first_seen_order():
@@ -188,7 +218,7 @@ def test_grid_expansion_deduplicates_in_first_seen_order():
 def test_unknown_grid_axis_and_unknown_tier_are_rejected():
     with pytest.raises(ValueError, match="unknown grid axes"):
         expand_grid(dict(direction=["fwd"], dtype=["fp16"], head_dim=[16], causal=[False],
-                         shape=[(1, 1, 1, 1, 1)], window=[3]))
+                         shape=[(1, 1, 1, 1, 1)], sliding=[3]))
     with pytest.raises(ValueError, match="unknown tier 'nightly'"):
         cases("nightly")
 

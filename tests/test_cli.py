@@ -50,7 +50,8 @@ def test_an_exact_kernel_passes(tmp_path, case_id):
     assert [t["name"] for t in line["tensors"]] == expected[line["direction"]]
     assert line["implementation"] == "tests.fake_kernels:exact"
     assert read_env(out)["implementation"] == {"flash_attention": "tests.fake_kernels:exact",
-                                               "piecewise_attention": "kernels:piecewise_attention"}
+                                               "piecewise_attention": "kernels:piecewise_attention",
+                                               "flash_attention_varlen": "kernels:flash_attention_varlen"}
     assert "tests.fake_kernels:exact" in (out / "summary.md").read_text()
 
 

@@ -220,7 +220,8 @@ def test_every_kind_of_smoke_case_runs_from_another_repository(installed):
     lines = [line for line in read_results(out) if line.get("kind", "case") == "case"]
     assert sorted(line["case"] for line in lines) == sorted(selected)
     assert {line["verdict"] for line in lines} <= {"pass", "unsupported"}
-    assert {line["implementation"] for line in lines} == {"kernels:flash_attention", "kernels:piecewise_attention"}
+    assert {line["implementation"] for line in lines} == \
+        {"kernels:flash_attention", "kernels:flash_attention_varlen", "kernels:piecewise_attention"}
     assert not (project / "imported.log").exists()
 
 

@@ -6,6 +6,7 @@ shape, with one input seed. Its `id` is stable across runs, machines and version
 
     flash_attention.bwd[bf16,d128,causal,B2,H8,Hkv2,Sq509,Sk1024,seed0]
     flash_attention.fwd[fp16,d64,noncausal,B1,H2,Hkv2,Sq77,Sk133,lse,seed0]
+    flash_attention_varlen.bwd[bf16,d64,causal,B1000,H4,Hkv1,Sq128,Sk128,win128_0,lens=mixed,seed0]
 
 Tiers are data too: a tier (conformance/cases/tiers.py) is a list of grids (axis ->
 values) expanded here by Cartesian product, deduplicated, in first-seen order.
@@ -23,8 +24,13 @@ from typing import Mapping, Sequence
 
 from conformance.bundled.kernels.targets import FP8, HIGH_PRECISION
 from conformance.bundled.kernels.tuning_space import CONFIG_PATTERN
+from conformance.cases.variants import LENGTH_PATTERNS
 
-OPS = ("flash_attention", "piecewise_attention")
+OPS = ("flash_attention", "piecewise_attention", "flash_attention_varlen")
+# The operators of FlashAttention-2's attention variants (window, softcap, ALiBi): flash_attention
+# and its variable-length (packed) form, whose case's `batch` counts sequences.
+FLASH_OPS = ("flash_attention", "flash_attention_varlen")
+VARLEN_OP = "flash_attention_varlen"
 DIRECTIONS = ("fwd", "bwd")
 DTYPES = HIGH_PRECISION + FP8
 # 8-bit inputs: forward only (no backward kernel), output in fp16.
@@ -43,12 +49,15 @@ class Feature:
     default: object
     pattern: str  # regex of the whole token; group 1 is the value (absent for flags)
     convert: object = None  # str -> value; None for a boolean flag
+    render: object = None  # value -> the whole token, where prefix + value is not it
 
     def token(self, value) -> str | None:
         if value == self.default:
             return None
         if self.convert is None:
             return self.field
+        if self.render is not None:
+            return self.render(value)
         return self.pattern.split("(")[0] + (f"{value:g}" if isinstance(value, float) else str(value))
 
     def parse(self, token: str):
@@ -68,8 +77,16 @@ FEATURES = (
     Feature("bad_input", None, r"(nan|inf)", str),
     Feature("values", None, r"([a-z]+:[0-9][0-9.e+]*)", str),
     Feature("config", None, rf"cfg=([a-z_]+:{CONFIG_PATTERN})", str),
+    # FlashAttention-2's variants: window (left, right) as win<left>_<right> (-1 = unbounded),
+    # softcap<c>, ALiBi slopes of shape (H,) or (B, H), and a varlen case's length pattern.
+    Feature("window", None, r"win(-?\d+_-?\d+)", lambda text: tuple(int(x) for x in text.split("_")),
+            lambda window: f"win{window[0]}_{window[1]}"),
+    Feature("softcap", 0.0, r"softcap(\d+(?:\.\d+)?)", float),
+    Feature("alibi", None, r"(alibi|alibi_bh)", {"alibi": "h", "alibi_bh": "bh"}.get,
+            {"h": "alibi", "bh": "alibi_bh"}.get),
+    Feature("lens", None, rf"lens=({'|'.join(LENGTH_PATTERNS)})", str),
 )
-_VALUES, _CONFIG = FEATURES[-2:]
+_VALUES, _CONFIG = (next(f for f in FEATURES if f.field == name) for name in ("values", "config"))
 # The bundled kernels a case's call launches (the launch-table names, kernels.tuning):
 # the kernels whose launch configuration a case's `config` may set.
 KERNELS_LAUNCHED = {
@@ -77,6 +94,10 @@ KERNELS_LAUNCHED = {
     ("flash_attention", "bwd"): ("bwd_preprocess", "bwd_dkdv", "bwd_dq"),
     ("piecewise_attention", "fwd"): ("piecewise_fwd",),
     ("piecewise_attention", "bwd"): ("bwd_preprocess", "piecewise_bwd_dkdv", "piecewise_bwd_dq"),
+    # Not known yet: the varlen kernels' launch-table names come with them (kernels.tuning),
+    # and until they are listed here no `cfg=` token is valid for the varlen operator.
+    ("flash_attention_varlen", "fwd"): (),
+    ("flash_attention_varlen", "bwd"): (),
 }
 # Values `bad_input` can plant in the first query tensor (see conformance.cases.inputs).
 BAD_INPUTS = ("nan", "inf")
@@ -100,6 +121,14 @@ class Case:
     config: `kernel:configuration` (e.g. `bwd_dq:m128n64s3w8`, kernels.tuning_space): the
         launch configuration one bundled kernel of the call runs with instead of its
         launch table's (the sweep tier); shown in the id as `cfg=...`.
+    window: FlashAttention-2's sliding window (left, right), -1 for an unbounded side
+        (conformance.cases.variants); None for none. `win128_0` in the id.
+    softcap: c > 0 caps every scaled score as c * tanh(s / c); 0.0 for none. `softcap30`.
+    alibi: "h" for ALiBi slopes of shape (H,), "bh" for per-sequence slopes (B, H)
+        (conformance.cases.variants.alibi_slope_values); None for none. `alibi`, `alibi_bh`.
+    lens: the length pattern of a flash_attention_varlen case (required by that op and
+        only by it): `batch` sequences of at most seq_q queries and seq_k keys, lengths
+        drawn from the case (conformance.cases.variants). `lens=mixed`.
     """
 
     op: str
@@ -121,8 +150,14 @@ class Case:
     bad_input: str | None = None
     values: str | None = None
     config: str | None = None
+    window: tuple | None = None
+    softcap: float = 0.0
+    alibi: str | None = None
+    lens: str | None = None
 
     def __post_init__(self):
+        if isinstance(self.window, list):  # a results line's JSON list
+            object.__setattr__(self, "window", tuple(self.window))
         problem = _validation_problem(self)
         if problem:
             raise ValueError(f"invalid case: {problem}")
@@ -212,6 +247,33 @@ def _validation_problem(case: Case) -> str | None:
         return "fp8 dtypes are for flash_attention's forward only"
     if case.op == "piecewise_attention" and (case.lse or case.total or case.dropout):
         return "piecewise_attention has no lse, total or dropout"
+    return _variant_problem(case)
+
+
+def _variant_problem(case: Case) -> str | None:
+    """What is wrong with a case's FlashAttention-2 variant fields (window, softcap, alibi, lens)."""
+    window = case.window
+    if window is not None and not (isinstance(window, tuple) and len(window) == 2
+                                   and all(isinstance(x, int) and not isinstance(x, bool) and x >= -1
+                                           for x in window)):
+        return f"window must be (left, right) with ints >= -1 (-1: unbounded), got {window!r}"
+    if window == (-1, -1):
+        return "window (-1, -1) is no window: leave window None"
+    if not isinstance(case.softcap, float) or not (case.softcap >= 0.0 and case.softcap < float("inf")):
+        return f"softcap must be a finite float >= 0 (0: none), got {case.softcap!r}"
+    if case.alibi not in (None, "h", "bh"):
+        return f"alibi must be 'h' (slopes (H,)), 'bh' (slopes (B, H)) or None, got {case.alibi!r}"
+    if case.op not in FLASH_OPS and (window is not None or case.softcap or case.alibi is not None):
+        return f"window, softcap and alibi are {' and '.join(FLASH_OPS)}'s variants, not {case.op}'s"
+    if (case.op == VARLEN_OP) != (case.lens is not None):
+        return f"lens (the length pattern) is required by {VARLEN_OP} and only by it"
+    if case.lens is not None and case.lens not in LENGTH_PATTERNS:
+        return f"lens must be one of {', '.join(LENGTH_PATTERNS)}, got {case.lens!r}"
+    if case.lens == "paired" and case.seq_q != case.seq_k:
+        return "lens=paired (len_q = len_k per sequence) needs Sq == Sk"
+    if case.op == VARLEN_OP and (case.total or case.layout != "bhsd" or case.bad_input is not None):
+        return (f"{VARLEN_OP} has no total attention, takes packed (total, H, D) inputs (no layout) "
+                "and plants no NaN/Inf input (it could land in padding)")
     return None
 
 

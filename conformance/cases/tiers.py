@@ -4,13 +4,16 @@
     standard  the GPU default
     full      standard plus long sequences
 
+FlashAttention-2's variants (window, softcap, ALiBi, flash_attention_varlen) have grids of
+their own, appended to each tier so that the cases before them keep their order.
+
 `cases(name)` expands a tier.
 """
 
 from __future__ import annotations
 
 from conformance.cases import sweep
-from conformance.cases.catalog import BAD_INPUTS, FP8_DTYPES, Case, Grid, expand_tier
+from conformance.cases.catalog import BAD_INPUTS, FP8_DTYPES, VARLEN_OP as VARLEN, Case, Grid, expand_tier
 
 BOTH_DIRECTIONS = ("fwd", "bwd")
 HALF_DTYPES = ("fp16", "bf16")
@@ -183,10 +186,132 @@ LONG: tuple[Grid, ...] = (
          shape=[(1, 16, 16, 32768, 32768)]),
 )
 
+# --------------------------------------------------------------------------- FlashAttention-2's variants
+# Sliding window (left, right), softcap, ALiBi slopes (H,) / (B, H), and the variable-length
+# operator (conformance.cases.variants). Windows: (128, 0) a causal-style local window,
+# (-1, 64) unbounded left with 64 keys of look-ahead, (256, 256) symmetric, (0, 0) one key per
+# row (the gradients cancel exactly), (32, 0) on Sq > Sk (noncausal rows that see no key).
+SOFTCAP = 30.0  # Gemma-2's attention softcap
+
+# Smoke: one case per variant and per interaction that could break alone, interpreter-sized.
+SMOKE_VARIANTS: tuple[Grid, ...] = (
+    # window + causal + Sq != Sk (the causal mask clips the window's right side to 0)
+    dict(direction=("bwd",), dtype=("fp16",), head_dim=(32,), causal=(True,), window=((24, 8),),
+         shape=[(1, 2, 1, 77, 133)]),
+    # a window that leaves the first 60 rows without keys (noncausal, Sq > Sk): out 0, lse -inf
+    dict(direction=("fwd",), dtype=("bf16",), head_dim=(32,), causal=(False,), lse=(True,), window=((8, 0),),
+         shape=[(1, 2, 2, 100, 40)]),
+    # window (0, 0): every row sees its diagonal key alone
+    dict(direction=("bwd",), dtype=("fp16",), head_dim=(32,), causal=(False,), window=((0, 0),),
+         shape=[(1, 2, 2, 64, 64)]),
+    # softcap in bf16 at logits of std 64: tanh saturates, most scores sit near +-c
+    dict(direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(32,), causal=(True,), softcap=(SOFTCAP,),
+         values=(DOMINANT,), shape=[(1, 2, 2, 96, 96)]),
+    # ALiBi with GQA (slopes per query head), and per-sequence slopes (B, H)
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(32,), causal=(True,), alibi=("h",),
+         shape=[(1, 4, 2, 64, 100)]),
+    dict(direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(False,), lse=(True,), alibi=("bh",),
+         shape=[(2, 4, 1, 64, 80)]),
+    # every variant at once in fp32, where a small systematic error cannot hide
+    dict(direction=("fwd",), dtype=("fp32",), head_dim=(16,), causal=(True,), lse=(True,), window=((32, 0),),
+         softcap=(20.0,), alibi=("h",), shape=[(1, 2, 2, 96, 128)]),
+    # varlen: 8 sequences of mixed lengths (a sequence without keys, one without queries, one
+    # query, one key), with lse; with a causal window (backward); with dropout and lse. The
+    # last two with every softmax input near -1000, as every operator meets it in smoke.
+    dict(op=(VARLEN,), direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(True,), lse=(True,),
+         lens=("mixed",), shape=[(8, 2, 1, 48, 64)]),
+    dict(op=(VARLEN,), direction=("bwd",), dtype=("bf16",), head_dim=(32,), causal=(True,), window=((16, 0),),
+         values=(NEGATIVE,), lens=("mixed",), shape=[(8, 2, 2, 64, 48)]),
+    dict(op=(VARLEN,), direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(False,), dropout=(0.2,),
+         lse=(True,), values=(NEGATIVE,), lens=("mixed",), shape=[(6, 2, 1, 64, 80)]),
+)
+
+WINDOWS = ((128, 0), (-1, 64))
+VARLEN_SHAPES = [(32, 8, 2, 509, 1024), (1000, 4, 1, 128, 128)]  # 32 long sequences; 1,000 short ones
+STANDARD_VARIANTS: tuple[Grid, ...] = (
+    # window: both directions, half dtypes, masks and Sq != Sk both ways
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH, window=WINDOWS,
+         shape=[(1, 8, 2, 509, 1024)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64,), causal=CAUSAL_BOTH,
+         window=((256, 256), (0, 0), (32, 0)), shape=[(1, 4, 4, 1024, 509)]),
+    dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(128,), causal=CAUSAL_BOTH, lse=(True,),
+         window=((128, 0), (0, 0)), shape=[(1, 4, 4, 1024, 509)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp32",), head_dim=(64,), causal=CAUSAL_BOTH, window=((128, 0),),
+         shape=[(1, 8, 2, 509, 1024)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(16, 32, 96, 256), causal=(True,),
+         window=((128, 0),), shape=[(1, 8, 2, 509, 1024)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64,), causal=(False,), window=((256, 0),),
+         shape=[(2, 8, 1, 1, 1000)]),
+    # softcap: every dtype; large logits (most scores capped); lse
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp16", "bf16", "fp32"), head_dim=(64, 128), causal=CAUSAL_BOTH,
+         softcap=(SOFTCAP,), shape=[(1, 8, 2, 509, 1024)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64,), causal=CAUSAL_BOTH, softcap=(SOFTCAP,),
+         values=(DOMINANT,), shape=[(1, 8, 2, 509, 1024)]),
+    dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(128,), causal=CAUSAL_BOTH, lse=(True,),
+         softcap=(SOFTCAP,), shape=[(1, 4, 4, 1024, 509)]),
+    # ALiBi with GQA, slopes (H,) and (B, H); fp32; MQA decode and Sq > Sk with lse
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH, alibi=("h", "bh"),
+         shape=[(2, 8, 2, 509, 1024)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=("fp32",), head_dim=(64,), causal=CAUSAL_BOTH, alibi=("bh",),
+         shape=[(2, 8, 2, 509, 1024)]),
+    dict(direction=("fwd",), dtype=HALF_DTYPES, head_dim=(64,), causal=CAUSAL_BOTH, lse=(True,), alibi=("bh",),
+         shape=[(2, 8, 1, 1, 1000), (1, 4, 4, 1024, 509)]),
+    # all three together
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(128,), causal=(True,), window=((256, 0),),
+         softcap=(SOFTCAP,), alibi=("h",), shape=[(1, 8, 2, 509, 1024)]),
+    # fp8 forward with each variant (sm_89+)
+    dict(direction=("fwd",), dtype=FP8_DTYPES, head_dim=(128,), causal=(True,), window=((128, 0),),
+         shape=[(1, 8, 2, 509, 1024)]),
+    dict(direction=("fwd",), dtype=FP8_DTYPES, head_dim=(128,), causal=(True,), softcap=(SOFTCAP,),
+         shape=[(1, 8, 2, 509, 1024)]),
+    dict(direction=("fwd",), dtype=FP8_DTYPES, head_dim=(128,), causal=(True,), alibi=("h",),
+         shape=[(1, 8, 2, 509, 1024)]),
+    # varlen: 32 and 1,000 sequences of mixed lengths (0 and 1 among them), equal and paired
+    # lengths, fp32, other head dims, with a causal window, dropout, lse, softcap and ALiBi
+    dict(op=(VARLEN,), direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64, 128), causal=CAUSAL_BOTH,
+         lens=("mixed",), shape=VARLEN_SHAPES),
+    dict(op=(VARLEN,), direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64,), causal=CAUSAL_BOTH,
+         lens=("equal", "paired"), shape=[(16, 8, 2, 512, 512)]),
+    dict(op=(VARLEN,), direction=BOTH_DIRECTIONS, dtype=("fp32",), head_dim=(64,), causal=CAUSAL_BOTH,
+         lens=("mixed",), shape=VARLEN_SHAPES[:1]),
+    dict(op=(VARLEN,), direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(32, 96, 256), causal=(True,),
+         lens=("mixed",), shape=VARLEN_SHAPES[:1]),
+    dict(op=(VARLEN,), direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(64,), causal=(True,),
+         window=((128, 0), (64, 64)), lens=("mixed",), shape=VARLEN_SHAPES[:1]),
+    dict(op=(VARLEN,), direction=("fwd",), dtype=HALF_DTYPES, head_dim=(64,), causal=CAUSAL_BOTH, dropout=(0.1,),
+         lse=(True,), lens=("mixed",), shape=VARLEN_SHAPES[:1]),
+    dict(op=(VARLEN,), direction=("bwd",), dtype=HALF_DTYPES, head_dim=(64,), causal=CAUSAL_BOTH, dropout=(0.1,),
+         lens=("mixed",), shape=VARLEN_SHAPES[:1]),
+    dict(op=(VARLEN,), direction=("fwd",), dtype=HALF_DTYPES, head_dim=(128,), causal=CAUSAL_BOTH, lse=(True,),
+         lens=("mixed",), shape=VARLEN_SHAPES),
+    dict(op=(VARLEN,), direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(64,), causal=(True,),
+         softcap=(SOFTCAP,), lens=("mixed",), shape=VARLEN_SHAPES[:1]),
+    dict(op=(VARLEN,), direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(64,), causal=(True,),
+         alibi=("bh",), lens=("mixed",), shape=VARLEN_SHAPES[:1]),
+    dict(op=(VARLEN,), direction=BOTH_DIRECTIONS, dtype=("fp16",), head_dim=(64,), causal=(True,),
+         values=(NEGATIVE, DOMINANT), lens=("mixed",), shape=VARLEN_SHAPES[:1]),
+)
+
+# Long: windows over 8k and 16k tokens (the reference visits only the keys a block may see).
+LONG_VARIANTS: tuple[Grid, ...] = (
+    dict(direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(128,), causal=CAUSAL_BOTH,
+         window=((1024, 0), (256, 256)), shape=[(1, 16, 16, 8192, 8192)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(128,), causal=CAUSAL_BOTH,
+         window=((1024, 0), (256, 256)), shape=[(1, 16, 16, 16384, 16384)]),
+    dict(direction=("fwd",), dtype=("bf16",), head_dim=(128,), causal=(True,), lse=(True,), window=((1024, 0),),
+         shape=[(1, 16, 16, 16384, 16384)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(128,), causal=(True,), softcap=(SOFTCAP,),
+         shape=[(1, 16, 16, 16384, 16384)]),
+    dict(direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(128,), causal=(True,), alibi=("h",),
+         shape=[(1, 16, 16, 16384, 16384)]),
+    dict(op=(VARLEN,), direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(128,), causal=(True,),
+         window=(None, (1024, 0)), lens=("mixed",), shape=[(8, 16, 16, 8192, 8192)]),
+)
+
 TIERS: dict[str, tuple[Grid, ...]] = {
-    "smoke": SMOKE,
-    "standard": STANDARD,
-    "full": STANDARD + LONG,
+    "smoke": SMOKE + SMOKE_VARIANTS,
+    "standard": STANDARD + STANDARD_VARIANTS,
+    "full": STANDARD + STANDARD_VARIANTS + LONG + LONG_VARIANTS,
 }
 
 

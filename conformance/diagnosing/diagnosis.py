@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from conformance.cases.catalog import Case
+from conformance.cases.variants import modifies_scores
 from conformance.diagnosing import error_spread, fault_patterns, key_attribution, localization, nonfinite_regions
 from conformance.diagnosing.geometry import bundled_tiles, geometry, pattern_grid
 
@@ -34,7 +35,10 @@ def where(case: Case, tensor: dict, kernel, ref, inputs: dict, do, exclude=None,
         return {"pattern": "unclassified", "evidence": "the torch path itself is not finite: nothing to measure against"}
     shape = geometry(case, tensor["name"], tiles)
     found = localization.profiles(kernel, ref, allowance, exclude)
-    if key_attribution.attributable(shape, bool(case.dropout), case.bad_input is not None):
+    # Key attribution rebuilds the plain causal/noncausal softmax: not the weights of a window,
+    # softcap or ALiBi case (conformance.cases.variants), whose atoms it would get wrong.
+    plain_scores = case.window is None and not modifies_scores(case)
+    if plain_scores and key_attribution.attributable(shape, bool(case.dropout), case.bad_input is not None):
         grid = key_attribution.grid_for(shape, pattern_grid(max(case.seq_q, case.seq_k)))
         attributed, found.padding_keys = key_attribution.attribution_map(shape, inputs, do, kernel, ref,
                                                                          found.row_excess, grid)

@@ -60,8 +60,11 @@ def comparison_paths(case: Case, op: Operator, inputs: Inputs, replay,
     tensors, regions = inputs.detached(), {}
     matched = MATCHED_TF32 if conventions.tf32 else MATCHED
 
+    padding = op.padding_rows(case, next(iter(inputs.tensors.values())).device) if case.lse else None
+
     def path(values: dict, do, precision) -> dict:
-        return with_empty_row_lse(op.torch_path(case, values, do, precision, dropout, conventions), conventions)
+        return with_empty_row_lse(op.torch_path(case, values, do, precision, dropout, conventions), conventions,
+                                  padding)
 
     with timer.phase("reference"):
         if case.bad_input is not None:
@@ -83,13 +86,18 @@ def comparison_paths(case: Case, op: Operator, inputs: Inputs, replay,
     return ComparisonPaths(reference, paths, regions, term_sizes, noise)
 
 
-def with_empty_row_lse(tensors: dict, conventions: Conventions) -> dict:
+def with_empty_row_lse(tensors: dict, conventions: Conventions, padding=None) -> dict:
     """The paths' lse with rows that see no key (-inf) at the declared value (+inf, declared:
-    FlashAttention-2's convention); unchanged under the default."""
+    FlashAttention-2's convention); unchanged under the default. `padding` (bool, broadcasting
+    to lse): positions that are no rows of the problem (a varlen case's padding), left -inf as
+    the unpacked implementation's result has them (conformance.judging.varlen)."""
     if conventions.lse_empty_rows == "-inf" or tensors.get("lse") is None:
         return tensors
     lse = tensors["lse"]
-    return {**tensors, "lse": lse.masked_fill(lse == float("-inf"), float("inf"))}
+    empty = lse == float("-inf")
+    if padding is not None:
+        empty &= ~padding.to(lse.device)
+    return {**tensors, "lse": lse.masked_fill(empty, float("inf"))}
 
 
 def reverse_head_dim(tensor: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from conformance.cases.catalog import Case
+from conformance.cases.variants import has_empty_rows, has_unequal_lengths
 
 CHOICES = {"causal_alignment": ("bottom_right", "top_left"), "lse_empty_rows": ("-inf", "+inf"),
            "fp32_matmul": ("ieee", "tf32")}
@@ -41,16 +42,12 @@ class Conventions:
     def applied(self, case: Case) -> dict:
         """The non-default conventions that change how `case` is judged (for its results line)."""
         changes = {
-            "causal_alignment": case.causal and case.seq_q != case.seq_k,
-            "lse_empty_rows": case.lse and self._has_empty_rows(case),
+            "causal_alignment": case.causal and has_unequal_lengths(case),
+            "lse_empty_rows": case.lse and has_empty_rows(case, top_left=self.top_left),
             "fp32_matmul": case.dtype == "fp32",
         }
         return {name: getattr(self, name) for name, changes_case in changes.items()
                 if changes_case and getattr(self, name) != DEFAULT_VALUES[name]}
-
-    def _has_empty_rows(self, case: Case) -> bool:
-        """Rows that see no key: causal bottom-right with Sq > Sk (top-left rows all see key 0)."""
-        return case.causal and case.seq_q > case.seq_k and self.causal_alignment == "bottom_right"
 
     @property
     def top_left(self) -> bool:

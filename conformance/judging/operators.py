@@ -15,7 +15,8 @@ import torch
 
 from conformance.cases.catalog import Case
 from conformance.cases.inputs import dropout_seed
-from conformance.judging import returns
+from conformance.judging import returns, varlen
+from conformance.judging.variant_options import alibi_reach, kernel_options, reference_options
 from conformance.judging.conventions import DEFAULT as DEFAULT_CONVENTIONS, Conventions
 from conformance.judging.returns import Returned
 
@@ -42,6 +43,9 @@ class Operator:
               gradient name, the size of the noise that rounding the stored output O, and
               the fp32 accumulator's rounding of dP and delta, put on it through dS, for
               backward cases (`reference.delta_noise`; see `conformance.judging.rule.floor`)
+    padding_rows: (case, device) -> bool mask broadcasting to lse, of the query rows that are
+              padding rather than rows of the problem (flash_attention_varlen), or None: a
+              declared lse of empty rows applies to real rows only
     """
 
     name: str
@@ -54,6 +58,7 @@ class Operator:
     # declaring another has its causal Sq != Sk cases unsupported.
     causal_alignments: tuple = ("bottom_right",)
     delta_noise: Callable = lambda case, inputs, do, dropout, conventions=DEFAULT_CONVENTIONS: None
+    padding_rows: Callable = lambda case, device: None
 
     def gradient_names(self) -> list[str]:
         return [f"d{name}" for name in self.inputs]
@@ -61,12 +66,13 @@ class Operator:
 
 # --------------------------------------------------------------------------- flash_attention
 
-def _flash_extras(case: Case, seed_offset: bool) -> dict:
+def _flash_extras(case: Case, seed_offset: bool, device) -> dict:
     """Keyword arguments beyond (q, k, v, causal) that a case needs; omitted when
     unused so implementations without those features still run the other cases.
     Dropout: a seed the kernel's mask replays from, or (seed_offset) a request for the
-    RNG state the kernel drew (conformance.judging.dropout)."""
-    extras = {}
+    RNG state the kernel drew (conformance.judging.dropout). FlashAttention-2's variants:
+    window_size, softcap, alibi_slopes (conformance.judging.variant_options)."""
+    extras = kernel_options(case, device)
     if case.lse:
         extras["return_log_normalizer"] = True
     if case.total:
@@ -79,7 +85,8 @@ def _flash_extras(case: Case, seed_offset: bool) -> dict:
 
 
 def _flash_call(function, case: Case, inputs: dict, seed_offset: bool = False):
-    return function(inputs["q"], inputs["k"], inputs["v"], causal=case.causal, **_flash_extras(case, seed_offset))
+    q = inputs["q"]
+    return function(q, inputs["k"], inputs["v"], causal=case.causal, **_flash_extras(case, seed_offset, q.device))
 
 
 def _flash_output_names(case: Case) -> list[str]:
@@ -101,7 +108,7 @@ def _flash_torch_path(case: Case, inputs: dict, do, precision, dropout,
     from conformance.bundled.reference import attention_backward, attention_forward
 
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
-    options = dict(causal=_causal(case, conventions), precision=precision)
+    options = dict(causal=_causal(case, conventions), precision=precision, **reference_options(case, q.device))
     if dropout is not None:
         options["dropout"] = dropout
     if case.direction == "fwd":
@@ -127,8 +134,21 @@ def score_size(q: torch.Tensor, k: torch.Tensor) -> float:
 
 
 def _flash_term_sizes(case: Case, inputs: dict) -> dict:
-    """lse and total are built from exp(scaled score): they carry the scores' rounding."""
-    scores = score_size(inputs["q"], inputs["k"])
+    """lse and total are built from exp(scaled score): they carry the scores' rounding.
+
+    The variants: a window or per-sequence lengths only choose which terms there are (the
+    bound holds for every pair); softcap changes nothing either: c * tanh(s / c) is smaller
+    than s, its derivative is at most 1 (the dot product's rounding is not amplified), and
+    an fp32 tanh rounds relative to its result, so the capped terms are rounded at most at
+    the scores' size. ALiBi moves the terms by its bias, up to `alibi_reach` at the keys a
+    row sees, where fp32 rounds them (conformance.judging.variant_options.alibi_reach).
+    Padding of a varlen case is not measured: its rows are nothing the implementation saw."""
+    q, k = inputs["q"], inputs["k"]
+    if case is None:  # the plain operator's sizes (tests/kernel_checks.py asks without a case)
+        return {"lse": score_size(q, k), "total": score_size(q, k)}
+    if case.lens is not None:
+        q, k = varlen.real_positions(q, case, "q"), varlen.real_positions(k, case, "kv")
+    scores = score_size(q, k) + alibi_reach(case)
     return {"lse": scores, "total": scores}
 
 
@@ -136,11 +156,12 @@ def _flash_delta_noise(case: Case, inputs: dict, do, dropout, conventions: Conve
     from conformance.bundled.reference import REFERENCE, attention_delta_noise, attention_forward
 
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    variants = reference_options(case, q.device)
     options = {"dropout": dropout} if dropout is not None else {}
     causal = _causal(case, conventions)
-    out, lse = attention_forward(q, k, v, causal=causal, precision=REFERENCE, **options)
+    out, lse = attention_forward(q, k, v, causal=causal, precision=REFERENCE, **options, **variants)
     keep_scale = dropout.keep_scale if dropout is not None else 1.0
-    return attention_delta_noise(q, k, v, out, do, lse, causal=causal, keep_scale=keep_scale)
+    return attention_delta_noise(q, k, v, out, do, lse, causal=causal, keep_scale=keep_scale, **variants)
 
 
 FLASH_ATTENTION = Operator(
@@ -194,4 +215,43 @@ PIECEWISE_ATTENTION = Operator(
     delta_noise=_piecewise_delta_noise,
 )
 
-OPERATORS = {op.name: op for op in (FLASH_ATTENTION, PIECEWISE_ATTENTION)}
+# --------------------------------------------------------------------------- flash_attention_varlen
+
+def _varlen_call(function, case: Case, inputs: dict, seed_offset: bool = False):
+    """The padded inputs packed (conformance.judging.varlen), with cu_seqlens and max lengths."""
+    q = inputs["q"]
+    where = varlen.packing(case, q.device)
+    packed = [varlen.pack(inputs[name], where.query_index if name == "q" else where.key_index)
+              for name in ("q", "k", "v")]
+    return function(*packed, where.cu_seqlens_q, where.cu_seqlens_k, case.seq_q, case.seq_k,
+                    causal=case.causal, **_flash_extras(case, seed_offset, q.device))
+
+
+def _varlen_outputs(case: Case, result, seed_offset: bool = False) -> Returned:
+    """As flash_attention's, then out (total_q, H, D) and lse (H, total_q) unpacked to the padded
+    (B, H, Smax, ...) the reference computes (padding: its values, 0 and -inf)."""
+    returned = _flash_outputs(case, result, seed_offset)
+    out = returned.tensors["out"]
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"expected the output tensor, got {type(out).__name__}")
+    where = varlen.packing(case, out.device)
+    tensors = {"out": varlen.unpack_rows(out, where.query_index, case, case.heads, "out")}
+    if case.lse:
+        tensors["lse"] = varlen.unpack_lse(returned.tensors["lse"], where.query_index, case)
+    returned.tensors = tensors
+    return returned
+
+
+FLASH_ATTENTION_VARLEN = Operator(
+    name="flash_attention_varlen",
+    inputs={"q": "q", "k": "kv", "v": "kv"},
+    call=_varlen_call,
+    outputs=_varlen_outputs,
+    torch_path=_flash_torch_path,  # on the padded tensors, with the case's lengths
+    term_sizes=_flash_term_sizes,
+    delta_noise=_flash_delta_noise,
+    causal_alignments=("bottom_right", "top_left"),
+    padding_rows=varlen.padding_rows,
+)
+
+OPERATORS = {op.name: op for op in (FLASH_ATTENTION, PIECEWISE_ATTENTION, FLASH_ATTENTION_VARLEN)}

@@ -57,6 +57,11 @@ SMOKE_FLAKE = (
          shape=[(2, 2, 1, 1, 100), (1, 2, 2, 50, 1)]),
     dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=HALF_DTYPES, head_dim=(32,),
          causal=(True,), dist=(24,), shape=[(1, 2, 1, 77, 100)]),
+    # packed variable-length batches: mixed lengths (0 and 1 included), a causal window
+    dict(op=("flash_attention_varlen",), direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(True,),
+         lse=(True,), lens=("mixed",), shape=[(8, 2, 1, 48, 64)]),
+    dict(op=("flash_attention_varlen",), direction=("bwd",), dtype=("bf16",), head_dim=(32,), causal=(True,),
+         window=((16, 0),), values=("negative:1000",), lens=("mixed",), shape=[(8, 2, 2, 64, 48)]),
 )
 
 _MID = [(1, 8, 2, 509, 1024)]  # GQA, ragged, Sq != Sk
@@ -78,6 +83,8 @@ STANDARD_FLAKE = (
     dict(direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(32,), causal=(True,), shape=[(2, 8, 1, 1, 1000)]),
     dict(op=("piecewise_attention",), direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(64,),
          causal=(True,), dist=(128,), shape=[(2, 4, 4, 1000, 1000)]),
+    dict(op=("flash_attention_varlen",), direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(64,), causal=(True,),
+         lens=("mixed",), shape=[(32, 8, 2, 509, 1024)]),
 )
 
 FLAKE_SETS = {"smoke": SMOKE_FLAKE, "standard": STANDARD_FLAKE}

@@ -29,6 +29,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from conformance.cases.catalog import FEATURES, SHAPE_FIELDS, Case
+from conformance.cases.variants import has_empty_rows
 from conformance.judging import verdicts
 
 try:
@@ -43,7 +44,7 @@ _ENTRY_KEYS = {"id", "description", "reason", "scope"}
 _CASE_SCOPE = ("op", "direction", "dtype", "head_dim", "causal", "layout", "bad_input", *SHAPE_FIELDS)
 # Scope fields derived from a case (true or false): traits no single field states.
 _DERIVED_SCOPE = {
-    "empty_rows": lambda case: case.causal and case.seq_q > case.seq_k,  # causal rows that see no key
+    "empty_rows": has_empty_rows,  # rows that see no key (causal Sq > Sk, a window, a sequence without keys)
     "grouped": lambda case: case.kv_heads < case.heads,  # GQA or MQA
 }
 # Integer fields also take ranges: ">=16384", ">=1024,<8192".

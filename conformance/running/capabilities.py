@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from conformance.cases.catalog import BAD_INPUTS, DIRECTIONS, DTYPES, LAYOUTS, OPS, Case
+from conformance.cases.variants import has_empty_rows, has_unequal_lengths
 from conformance.judging.conventions import CHOICES as CONVENTION_CHOICES, Conventions
 from conformance.judging.operators import OPERATORS
 
@@ -49,8 +50,11 @@ class Capabilities:
                         "-inf" or "+inf", "ieee" or "tf32"
     gqa, mqa:           1 < kv_heads < heads / kv_heads == 1 < heads (mqa defaults to gqa)
     unequal_lengths:    Sq != Sk
-    empty_rows:         causal rows that see no key (Sq > Sk): output 0, no gradient
+    empty_rows:         rows that see no key (causal Sq > Sk, a window that misses every key,
+                        a varlen sequence without keys): output 0, no gradient
     dropout, lse, total: the optional features
+    window, softcap, alibi: FlashAttention-2's variants (window_size, softcap, alibi_slopes)
+    varlen:             variable-length (packed) batches: the flash_attention_varlen operator
     max_seq_q, max_seq_k, max_batch_heads: size limits (None: none)
     """
 
@@ -71,6 +75,10 @@ class Capabilities:
     dropout: bool = True
     lse: bool = True
     total: bool = True
+    window: bool = True
+    softcap: bool = True
+    alibi: bool = True
+    varlen: bool = True
     max_seq_q: int | None = None
     max_seq_k: int | None = None
     max_batch_heads: int | None = None
@@ -110,21 +118,31 @@ def _problems(caps: Capabilities, case: Case):
     yield "bad_inputs", case.bad_input and _not_in("NaN/Inf input", case.bad_input, caps.bad_inputs)
     yield "causal", case.causal and not caps.causal and "no causal mask"
     yield "noncausal", not case.causal and not caps.noncausal and "causal only"
-    yield "causal_alignment", (case.causal and case.seq_q != case.seq_k
+    yield "causal_alignment", (case.causal and has_unequal_lengths(case)
                                and caps.causal_alignment not in OPERATORS[case.op].causal_alignments
                                and f"causal mask aligned {caps.causal_alignment}: {case.op} is judged "
                                    f"bottom-right only (they differ when Sq != Sk)")
     yield "gqa", 1 < case.kv_heads < case.heads and not caps.gqa and "no grouped-query attention (kv_heads < heads)"
     yield "mqa", case.kv_heads == 1 < case.heads and not mqa and "no multi-query attention (kv_heads == 1)"
-    yield "unequal_lengths", case.seq_q != case.seq_k and not caps.unequal_lengths and "Sq != Sk not supported"
-    yield "empty_rows", (case.causal and case.seq_q > case.seq_k and not caps.empty_rows
-                         and "causal rows that see no key (Sq > Sk) not supported")
+    yield "unequal_lengths", has_unequal_lengths(case) and not caps.unequal_lengths and "Sq != Sk not supported"
+    yield "empty_rows", (not caps.empty_rows and has_empty_rows(case, top_left=caps.causal_alignment == "top_left")
+                         and _empty_rows_problem(case))
     yield "dropout", case.dropout and not caps.dropout and "no dropout"
     yield "lse", case.lse and not caps.lse and "no log-normalizer output"
     yield "total", case.total and not caps.total and "no total-attention output"
+    yield "window", case.window is not None and not caps.window and "no sliding window (window_size)"
+    yield "softcap", case.softcap and not caps.softcap and "no softcap"
+    yield "alibi", case.alibi is not None and not caps.alibi and "no ALiBi (alibi_slopes)"
+    yield "varlen", case.lens is not None and not caps.varlen and "no variable-length (packed) batches"
     yield "max_seq_q", _over("Sq", case.seq_q, caps.max_seq_q)
     yield "max_seq_k", _over("Sk", case.seq_k, caps.max_seq_k)
     yield "max_batch_heads", _over("batch*heads", batch_heads, caps.max_batch_heads)
+
+
+def _empty_rows_problem(case: Case) -> str:
+    if case.causal and case.seq_q > case.seq_k and case.window is None and case.lens is None:
+        return "causal rows that see no key (Sq > Sk) not supported"
+    return "rows that see no key (window, causal mask or sequence lengths) not supported"
 
 
 def _not_in(what: str, value, allowed) -> str | None:
@@ -140,7 +158,8 @@ def _over(what: str, value: int, limit: int | None) -> str | None:
 # --------------------------------------------------------------------------- parsing
 
 _CHOICES = {"dtypes": DTYPES, "directions": DIRECTIONS, "layouts": LAYOUTS, "bad_inputs": BAD_INPUTS}
-_BOOLS = ("causal", "noncausal", "gqa", "mqa", "unequal_lengths", "empty_rows", "dropout", "lse", "total")
+_BOOLS = ("causal", "noncausal", "gqa", "mqa", "unequal_lengths", "empty_rows", "dropout", "lse", "total",
+          "window", "softcap", "alibi", "varlen")
 _LIMITS = ("max_seq_q", "max_seq_k", "max_batch_heads")
 KEYS = tuple(item.name for item in fields(Capabilities))
 

@@ -1,0 +1,127 @@
+"""FlashAttention-2's attention variants as a case states them, without torch: which keys a
+query row sees (window, causal), the per-sequence lengths of a variable-length case, and
+the ALiBi slopes. `conformance.judging` turns these into tensors; the catalog, the declared
+capabilities and the conventions read them to know what a case contains (rows that see no
+key, sequences whose query and key lengths differ) before anything runs.
+
+Visibility (FlashAttention-2's, the operators' contract): with the sequence's diagonal
+offset off = Sk - Sq, query i sees key j iff
+
+    i + off - left <= j <= i + off + right      (window (left, right); -1 = unbounded side)
+    j <= i + off                                (causal, bottom-right: right = min(right, 0))
+
+A variable-length case (`Case.lens`) is a batch of `batch` sequences whose query and key
+lengths are at most Sq and Sk (the case's max lengths, which at least one sequence reaches);
+each sequence is its own dense problem, masks aligned bottom-right per sequence. The lengths
+are drawn from the case's data key and seed with a hash (the same on every machine and
+Python version), so a case id fixes them:
+
+    equal    every sequence has Sq queries and Sk keys (the dense batch, packed)
+    paired   len_q = len_k per sequence (self-attention of ragged documents; needs Sq == Sk)
+    mixed    len_q and len_k drawn independently in [0, Sq] and [0, Sk]
+
+`paired` and `mixed` plant the lengths that break kernels, as many as the batch holds, at
+hash-chosen positions: the max lengths first, then a sequence with no keys (its rows see
+no key: out 0, lse -inf), one with no queries (two equal offsets in cu_seqlens_q), one
+query, one key.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+
+LENGTH_PATTERNS = ("equal", "paired", "mixed")
+
+
+def _draw(key: str, index: int, what: str, upper: int) -> int:
+    """A deterministic integer in [0, upper] for (key, index, what)."""
+    digest = hashlib.blake2b(f"{key}|{index}|{what}".encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % (upper + 1)
+
+
+def _planted_positions(key: str, batch: int) -> list[int]:
+    """The batch positions in a hash order: the special lengths go to the first ones."""
+    return sorted(range(batch), key=lambda index: _draw(key, index, "position", 2**62))
+
+
+@functools.lru_cache(maxsize=256)  # asked for by the call, the paths, the floor and the checks
+def sequence_lengths(case) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(query lengths, key lengths) of each sequence of a variable-length case (module doc);
+    the dense case's own (Sq, Sk) for every batch entry of any other case."""
+    batch, seq_q, seq_k = case.batch, case.seq_q, case.seq_k
+    if case.lens in (None, "equal"):
+        return (seq_q,) * batch, (seq_k,) * batch
+    key = f"{case.data_key}|seed{case.seed}"
+    if case.lens == "paired":
+        lengths = [_draw(key, b, "len", seq_q) for b in range(batch)]
+        planted = [seq_q, 0, 1]
+        for position, length in zip(_planted_positions(key, batch), planted):
+            lengths[position] = length
+        return tuple(lengths), tuple(lengths)
+    queries = [_draw(key, b, "len_q", seq_q) for b in range(batch)]
+    keys = [_draw(key, b, "len_k", seq_k) for b in range(batch)]
+    # (query length, key length) to plant; None keeps that sequence's own draw
+    planted = [(seq_q, seq_k), (None, 0), (0, None), (1, None), (None, 1)]
+    for position, (length_q, length_k) in zip(_planted_positions(key, batch), planted):
+        if length_q is not None:
+            queries[position] = length_q
+        if length_k is not None:
+            keys[position] = length_k
+        if length_k == 0:
+            queries[position] = max(1, queries[position])  # rows that see no key need rows
+    return tuple(queries), tuple(keys)
+
+
+def visible_keys(row: int, seq_q: int, seq_k: int, causal: bool, window, top_left: bool = False):
+    """(first, last) key that query `row` of one (seq_q, seq_k) problem sees; first > last
+    when it sees none. `top_left`: a declared top-left causal mask (j <= i)."""
+    offset = seq_k - seq_q
+    first, last = 0, seq_k - 1
+    if causal:
+        last = min(last, row + (0 if top_left else offset))
+    if window is not None:
+        left, right = window
+        if left >= 0:
+            first = max(first, row + offset - left)
+        if right >= 0:
+            last = min(last, row + offset + right)
+    return first, last
+
+
+def sees_no_key_somewhere(seq_q: int, seq_k: int, causal: bool, window, top_left: bool = False) -> bool:
+    """Whether some query row of one (seq_q, seq_k) problem sees no key. first(i) - last(i)
+    is convex in i (a max of linear functions minus a min of them), so its largest value is
+    at the first or the last row: two rows decide."""
+    if seq_q == 0:
+        return False
+    return any(first > last for first, last in
+               (visible_keys(row, seq_q, seq_k, causal, window, top_left) for row in (0, seq_q - 1)))
+
+
+def has_empty_rows(case, top_left: bool = False) -> bool:
+    """Whether some (real) query row of `case` sees no key: out 0, lse -inf, no gradient."""
+    pairs = set(zip(*sequence_lengths(case)))
+    return any(sees_no_key_somewhere(sq, sk, case.causal, case.window, top_left) for sq, sk in pairs)
+
+
+def has_unequal_lengths(case) -> bool:
+    """Whether some sequence of `case` has a different number of queries and keys (Sq != Sk)."""
+    return any(sq != sk for sq, sk in zip(*sequence_lengths(case)))
+
+
+def alibi_slope_values(case) -> list[list[float]]:
+    """The case's ALiBi slopes as (batch, heads) rows of floats: the standard geometric
+    slopes 2^(-8 (h + 1) / H) of head h; per batch (`alibi == "bh"`) each sequence b has them
+    rotated by b heads, so a kernel that reads slope[h] instead of slope[b, h] is wrong for
+    every b > 0 while the slopes keep their realistic range."""
+    heads = case.heads
+    base = [2.0 ** (-8.0 * (head + 1) / heads) for head in range(heads)]
+    if case.alibi == "bh":
+        return [[base[(head + b) % heads] for head in range(heads)] for b in range(case.batch)]
+    return [base]
+
+
+def modifies_scores(case) -> bool:
+    """Whether the case's scores are not plain scaled q.k (masks aside): softcap or ALiBi."""
+    return bool(case.softcap) or case.alibi is not None

@@ -1,0 +1,151 @@
+"""The score of a (query, key) pair as the softmax sees it, in one place for the forward,
+both backward kernels and the total attention: plain, soft-capped, ALiBi-biased.
+
+Plain attention keeps the scores unscaled (raw = q . k) and hands the softmax the scale
+apart (blocks.online_softmax_weights, blocks.normalised: the running max and the
+exponent are formed before scaling, which keeps lse as accurate as torch's).  A soft
+cap or an ALiBi bias acts on the *scaled* score, FlashAttention-2's order:
+
+    s = softcap * tanh(raw * sm_scale / softcap)      (SOFTCAP)
+    s = s - slope_h * |i + Sk - Sq - j|              (ALIBI, after the cap)
+
+so with either one the scaled score is formed first, in fp32, and the softmax takes it
+with scale 1 (`softmax_scale`).  Without both flags every helper here returns its input
+untouched and the plain kernels compile as before the variants existed.
+"""
+
+import triton
+import triton.language as tl
+
+from .bands import visible_pairs
+from .blocks import normalised, raw_scores
+
+# |x| below which tanh is the polynomial, above which it is built from exp (`tanh_and_slope`).
+TANH_POLYNOMIAL_BOUND = tl.constexpr(0.55)
+
+
+@triton.jit
+def tanh_and_slope(x):
+    """(tanh(x), 1 - tanh(x)^2) of fp32 x, each within 2 ulps of the exact value, the
+    same formula on every backend and Triton 3.2-3.9.
+
+    Why not a library tanh: tl.math has none in those versions, and libdevice's (CUDA's
+    tanhf, AMD's ocml) differs per backend and is reached differently on the interpreter.
+    Why not 1 - 2 / (exp(2x) + 1) alone: near 0 it cancels, an absolute error of an ulp
+    of 1 on a value of size |x| (c * tanh(x / c) then carries an error of c * 6e-8 where
+    torch's fp32 tanh has |x| * 6e-8: 10x worse at a cap of 30 and scores near 3).  So,
+    as CUDA's own tanhf does, two formulas:
+
+    * |x| < 0.55: x + x^3 P(x^2), P of degree 4 fitted to tanh on [0, 0.55] (weighted
+      least squares; 0.78 ulp at most in fp32 Horner form with a final FMA, measured
+      over 2M points);
+    * |x| >= 0.55: tanh|x| = 1 - u, u = 2e / (1 + e), e = exp(-2|x|).  tanh >= 0.5
+      there, so the subtraction is benign: 1.8 ulps at most (6M points up to |x| = 45),
+      with exp exact or as exp2 of a rounded product (what GPUs run).  exp(-2|x|) only
+      underflows (to 0: tanh = +-1 exactly, as in fp32 libraries), never overflows, so
+      no inf / inf arises; a NaN stays NaN.
+
+    Speed: a score then takes one more special-function (MUFU) operation, the exp, next
+    to the softmax's exp2, and the special-function unit is what the forward waits on
+    at head dim 128 (an H100 has 1/256 of its matrix throughput there).  So 1 / (1 + e),
+    1 + e in [1, 4/3] where it is used, is no division (a second MUFU operation) but a
+    quadratic fit (relative error 8e-4) and two Newton steps (error 4e-13), six FMAs.
+
+    The slope is the softcap's derivative for the backward: 1 - t^2 below the bound,
+    u * (2 - u) above, which unlike 1 - t^2 keeps its relative accuracy (4e-6) where
+    tanh rounds to 1."""
+    a = tl.abs(x)
+    e = tl.exp(-2.0 * a)
+    denominator = 1.0 + e
+    reciprocal = (0.63659191 * denominator - 2.2314293) * denominator + 2.5940471
+    reciprocal = tl.math.fma(reciprocal, tl.math.fma(-denominator, reciprocal, 1.0), reciprocal)
+    reciprocal = tl.math.fma(reciprocal, tl.math.fma(-denominator, reciprocal, 1.0), reciprocal)
+    u = 2.0 * e * reciprocal
+    square = x * x
+    poly = -6.2824637e-3 * square + 2.1077750e-2
+    poly = poly * square - 5.3853855e-2
+    poly = poly * square + 1.3332602e-1
+    poly = poly * square - 3.3333319e-1
+    near_zero = tl.math.fma(poly * square, x, x)
+    small = a < TANH_POLYNOMIAL_BOUND
+    far = tl.where(x < 0, u - 1.0, 1.0 - u)
+    return tl.where(small, near_zero, far), tl.where(small, 1.0 - near_zero * near_zero, u * (2.0 - u))
+
+
+@triton.jit
+def softmax_scale(sm_scale, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
+    """The scale the softmax applies to `softmax_scores`' scores: sm_scale to raw q . k,
+    1 to scores that a cap or a bias has already scaled."""
+    if SOFTCAP or ALIBI:
+        scale = 1.0
+    else:
+        scale = sm_scale
+    return scale
+
+
+@triton.jit
+def head_slope(SLOPES, stride_batch, batch, head, ALIBI: tl.constexpr):
+    """The ALiBi slope of one (batch, head) (fp32; stride_batch 0 for slopes of shape (H,));
+    0 without ALIBI, where it is never read."""
+    slope = 0.0
+    if ALIBI:
+        slope = tl.load(SLOPES + batch * stride_batch + head)
+    return slope
+
+
+@triton.jit
+def softmax_scores(raw, rows, cols, seq_q, seq_k, sm_scale, softcap, alibi_slope,
+                   SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
+    """(scores, cap_slope) of a tile of raw fp32 scores q . k, rows and cols its positions
+    within the sequences: scores for the softmax at `softmax_scale`, and d scores / d
+    (raw * sm_scale) for the backward (the softcap's 1 - tanh^2; with no cap, 1 implied:
+    the value returned is then never read, and compiled away).  Plain: raw itself."""
+    scores = raw
+    cap_slope = raw
+    if SOFTCAP:
+        # One product with sm_scale / softcap (a loop invariant): the tanh argument takes
+        # two roundings, as torch's raw * scale / cap does.
+        tanh, cap_slope = tanh_and_slope(raw * (sm_scale / softcap))
+        if ALIBI:
+            scores = tl.math.fma(tanh, softcap, -alibi_bias(rows, cols, seq_q, seq_k, alibi_slope))
+        else:
+            scores = tanh * softcap
+    elif ALIBI:
+        scores = tl.math.fma(raw, sm_scale, -alibi_bias(rows, cols, seq_q, seq_k, alibi_slope))
+    return scores, cap_slope
+
+
+@triton.jit
+def alibi_bias(rows, cols, seq_q, seq_k, slope):
+    """slope * |i + Sk - Sq - j| of a tile (subtracted from the scores): the distance is an
+    exact integer in fp32 (< 2^24), the product rounded once."""
+    distance = tl.abs(rows[:, None] + (seq_k - seq_q) - cols[None, :])
+    return slope * distance.to(tl.float32)
+
+
+@triton.jit
+def probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, window_left, window_right,
+                  softcap, alibi_slope, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+                  SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, MASKED: tl.constexpr,
+                  INTERPRETED: tl.constexpr):
+    """(P, cap_slope): the [M, N] tile of normalised probabilities of query tile q and key
+    tile k, rebuilt from the stored log-normalizer, and `softmax_scores`' cap_slope.
+
+    MASKED=False skips the visibility mask: for tiles wholly inside the keys and the
+    causal window or band.  Query rows past seq_q need no mask either way: their lse reads
+    -inf."""
+    scores, cap_slope = softmax_scores(raw_scores(q, k, INTERPRETED), rows, cols, seq_q, seq_k,
+                                       sm_scale, softcap, alibi_slope, SOFTCAP, ALIBI)
+    p = normalised(scores, lse[:, None], softmax_scale(sm_scale, SOFTCAP, ALIBI))
+    if MASKED:
+        p = tl.where(visible_pairs(rows, cols, seq_q, seq_k, window_left, window_right, CAUSAL, WINDOW),
+                     p, 0.0)
+    return p, cap_slope
+
+
+@triton.jit
+def through_softcap(ds, cap_slope, SOFTCAP: tl.constexpr):
+    """dS with respect to raw * sm_scale, from dS with respect to the softmax's scores."""
+    if SOFTCAP:
+        ds = ds * cap_slope
+    return ds
