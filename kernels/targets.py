@@ -12,15 +12,12 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from .architectures import ArchFacts, arch_facts
+
 HIGH_PRECISION = ("fp16", "bf16", "fp32")
 FP8 = ("fp8e4m3", "fp8e5m2")
 # Head dims the kernels take: padded to a power of two >= 16 (kernels.launch), tiles up to 256.
 HEAD_DIMS = (16, 32, 64, 96, 128, 192, 256)
-
-# AMD architectures whose matrix cores multiply torch's OCP fp8 types (float8_e4m3fn,
-# float8_e5m2).  gfx942 multiplies only the FNUZ variants (HIP's fp8 reference:
-# https://rocm.docs.amd.com/projects/HIP/en/latest/reference/fp8_numbers.html).
-HIP_OCP_FP8_ARCHS = ("gfx950",)
 
 # The workarounds the kernels apply under Triton's CPU interpreter (kernels.blocks):
 # name -> what it avoids.  A harness's probes name them when a primitive fails.
@@ -64,25 +61,30 @@ class Target(NamedTuple):
         return f"{self.backend}:{self.arch}"
 
     @property
+    def facts(self) -> ArchFacts | None:
+        """What the architecture offers (kernels.architectures); None under the interpreter
+        and on CoreX, whose limits are not published."""
+        return None if self.interpreted or self.corex else arch_facts(self.backend, self.arch)
+
+    @property
     def dtypes(self) -> tuple[str, ...]:
-        """Input dtypes the kernels support here; fp8 (forward only) where matrix units
-        multiply it: NVIDIA from sm_89 (triton adds fp8e4nv from capability 89), AMD
-        per HIP_OCP_FP8_ARCHS; bf16 MMA needs sm_80.  CoreX: bf16 from the hardware's
-        announced bf16 throughput; its fp8 is software-only, so not listed."""
-        if self.interpreted or self.corex:
+        """Input dtypes the kernels support here: bf16 where the matrix unit multiplies it
+        (NVIDIA from sm_80), fp8 (forward only) where it multiplies torch's OCP formats
+        (NVIDIA from sm_89, AMD gfx950 and gfx12; gfx942's are FNUZ).  CoreX: bf16 from the
+        hardware's announced bf16 throughput; its fp8 is software-only, so not listed."""
+        facts = self.facts
+        if facts is None:
             return HIGH_PRECISION
-        if self.backend == "hip":
-            return HIGH_PRECISION + (FP8 if self.arch in HIP_OCP_FP8_ARCHS else ())
-        bf16 = ("bf16",) if self.arch >= 80 else ()
-        return ("fp16", *bf16, "fp32") + (FP8 if self.arch >= 89 else ())
+        return ("fp16", *(("bf16",) if facts.bf16 else ()), "fp32") + (FP8 if facts.ocp_fp8 else ())
 
     @property
     def tensor_descriptors(self) -> bool:
-        """Loads through device-side tensor descriptors can be compiled here: NVIDIA sm_90+
-        (the TMA unit; not CoreX) or the interpreter, with a triton that has
-        tl.make_tensor_descriptor (3.4 and newer; 3.2 has none).  Whether a kernel uses
-        them is its launch table's choice (kernels.tuning)."""
-        if not (self.interpreted or (self.backend == "cuda" and not self.corex and self.arch >= 90)):
+        """Loads through device-side tensor descriptors can be compiled here: a TMA unit
+        (NVIDIA sm_90 and newer, consumer Blackwell included; not CoreX) or the interpreter,
+        with a triton that has tl.make_tensor_descriptor (3.4 and newer; 3.2 has none).
+        Whether a kernel uses them is its launch table's choice (kernels.tuning)."""
+        facts = self.facts
+        if not (self.interpreted or (facts is not None and facts.tensor_memory_accelerator)):
             return False
         import triton.language as tl
 

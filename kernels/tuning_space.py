@@ -31,6 +31,13 @@ KERNELS = (*tuning.KERNELS, "piecewise_fwd", "piecewise_bwd_dkdv", "piecewise_bw
 _HALF = dict(block_m=(64, 128), block_n=(32, 64, 128), num_warps=(4, 8), num_stages=(1, 2, 3))
 _FP32 = dict(block_m=(16, 32, 64), block_n=(16, 32), num_warps=(4, 8), num_stages=(1, 2))
 _PREPROCESS = dict(block_m=(32, 64, 128), block_n=(64,), num_warps=(4,), num_stages=(1,))
+# RDNA (32-wide waves, 256 VGPRs per work-item): the tiles its tables choose among
+# (kernels.tables_amd: the forward's 128x64 at small head dims down to 16x16 where the
+# backward kernels' operands fill the registers), 4 to 16 waves (16 keep the most of
+# them in registers at D = 256), one stage (RDNA has no asynchronous copies to overlap), no
+# waves_per_eu; fp32 (FMA dots) in the small tiles its tables take.
+_RDNA_HALF = dict(block_m=(16, 32, 64, 128), block_n=(16, 32, 64), num_warps=(4, 8, 16), num_stages=(1,))
+_RDNA_FP32 = dict(block_m=(16, 32), block_n=(16, 32), num_warps=(4, 8, 16), num_stages=(1,))
 # The interpreter ignores warps and stages: only tile shapes differ there.
 _INTERPRETED = dict(block_m=(16, 32, 64), block_n=(16, 32, 64), num_warps=(4,), num_stages=(1,))
 
@@ -55,10 +62,14 @@ def parse_config(text: str) -> tuning.LaunchConfig:
 
 
 def _axes(kernel: str, target: Target, dtype: str) -> dict:
+    """The axes of `kernel`'s space on `target`'s family: the interpreter, RDNA (wave32 AMD),
+    CDNA, CoreX or NVIDIA."""
     if kernel == "bwd_preprocess":
         return _PREPROCESS
     if target.interpreted:
         return _INTERPRETED
+    if target.backend == "hip" and target.warp_size == 32:
+        return _RDNA_FP32 if dtype == "fp32" else _RDNA_HALF
     axes = dict(_FP32 if dtype == "fp32" else _HALF)
     if target.backend == "hip":  # one stage and 4 wavefronts in the tables; waves_per_eu as a knob
         axes.update(num_stages=(1, 2), waves_per_eu=(None, 2))
@@ -69,8 +80,12 @@ def _axes(kernel: str, target: Target, dtype: str) -> dict:
 
 def space(kernel: str, target: Target, dtype: str = "fp16") -> tuple[tuning.LaunchConfig, ...]:
     """Every configuration `kernel` may be launched with on `target` for inputs of `dtype`,
-    descriptor streaming included where the target compiles it; some may still not fit
-    the device (shared memory, registers), which only a compile can tell."""
+    descriptor streaming included where the target compiles it (a TMA unit: sm_90, sm_100,
+    sm_120).  The axes are the target family's (_axes); whether a configuration fits the
+    device's shared memory and registers only a compile tells (the compile-only tier's sweep
+    scope: `unsupported` where it cannot launch) -- no static estimate holds: two streamed
+    tiles per stage, the obvious one, exceeded triton's real figure in 532 of 1,140 sweep
+    configurations (reports/compile-sweep/, triton 3.6)."""
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r} (known: {', '.join(KERNELS)})")
     axes = _axes(kernel, target, dtype)

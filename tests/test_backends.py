@@ -57,45 +57,49 @@ def test_interpreter_when_requested_or_without_a_gpu(monkeypatch):
     assert backends.detect() is backends.INTERPRETER
 
 
-@pytest.mark.parametrize("capability, key, shared_kib, fp8", [
-    ((8, 0), "cuda:sm_80", 163, False),
-    ((8, 6), "cuda:sm_86", 99, False),
-    ((8, 9), "cuda:sm_89", 99, True),
-    ((9, 0), "cuda:sm_90", 227, True),
-    ((10, 0), "cuda:sm_100", 227, True),
-    ((12, 0), "cuda:sm_120", 99, True),
+@pytest.mark.parametrize("capability, key, shared_kib, fp8, tables", [
+    ((8, 0), "cuda:sm_80", 163, False, kernels_tuning.AMPERE),
+    ((8, 6), "cuda:sm_86", 99, False, kernels_tuning.AMPERE_99KB),
+    ((8, 9), "cuda:sm_89", 99, True, kernels_tuning.AMPERE_99KB),
+    ((9, 0), "cuda:sm_90", 227, True, kernels_tuning.HOPPER),
+    ((10, 0), "cuda:sm_100", 227, True, kernels_tuning.HOPPER),
+    ((10, 3), "cuda:sm_103", 227, True, kernels_tuning.HOPPER),
+    ((12, 0), "cuda:sm_120", 99, True, kernels_tuning.AMPERE_99KB),
+    ((12, 1), "cuda:sm_121", 99, True, kernels_tuning.AMPERE_99KB),
 ])
-def test_nvidia_by_compute_capability(gpu, capability, key, shared_kib, fp8):
+def test_nvidia_by_compute_capability(gpu, capability, key, shared_kib, fp8, tables):
     profile = gpu(capability=capability, triton_target=target("cuda", capability[0] * 10 + capability[1], 32))
     assert profile.key == key
     assert profile.shared_memory_bytes == shared_kib * 1024
     assert ("fp8e4m3" in profile.dtypes, "fp8e5m2" in profile.dtypes) == (fp8, fp8)
     assert "bf16" in profile.dtypes and profile.warp_size == 32
     assert profile.compile_target == ("cuda", capability[0] * 10 + capability[1], 32)
-    tuned = kernels_tuning.HOPPER_LAUNCH if capability >= (9, 0) else kernels_tuning.CUDA_LAUNCH
-    assert profile.launch is tuned  # the kernels' own tables
+    assert profile.launch is tables.tables  # the kernels' own tables, by what the architecture has
 
 
 def test_an_unlisted_nvidia_arch_borrows_the_nearest_older_limits(gpu):
     profile = gpu(capability=(11, 0))
     assert profile.key == "cuda:sm_110"
     assert profile.shared_memory_bytes == 227 * 1024
-    assert "limits of sm_100 are assumed" in profile.notes[-1]
+    assert "limits of sm_103 are assumed" in profile.notes[-1]
     assert "bf16" not in backends.cuda_profile((7, 5)).dtypes
 
 
-@pytest.mark.parametrize("gcn_arch, key, warp, lds_kib, fp8", [
-    ("gfx90a:sramecc+:xnack-", "hip:gfx90a", 64, 64, False),
-    ("gfx942:sramecc+:xnack-", "hip:gfx942", 64, 64, False),
-    ("gfx950", "hip:gfx950", 64, 160, True),
-    ("gfx1100", "hip:gfx1100", 32, 64, False),
+@pytest.mark.parametrize("gcn_arch, key, warp, lds_kib, fp8, tables", [
+    ("gfx90a:sramecc+:xnack-", "hip:gfx90a", 64, 64, False, kernels_tuning.CDNA),
+    ("gfx942:sramecc+:xnack-", "hip:gfx942", 64, 64, False, kernels_tuning.CDNA),
+    ("gfx950", "hip:gfx950", 64, 160, True, kernels_tuning.CDNA),
+    ("gfx1100", "hip:gfx1100", 32, 64, False, kernels_tuning.RDNA3),
+    ("gfx1200", "hip:gfx1200", 32, 64, True, kernels_tuning.RDNA4),
+    ("gfx1201", "hip:gfx1201", 32, 64, True, kernels_tuning.RDNA4),
 ])
-def test_amd_by_gcn_arch_name(gpu, gcn_arch, key, warp, lds_kib, fp8):
+def test_amd_by_gcn_arch_name(gpu, gcn_arch, key, warp, lds_kib, fp8, tables):
     profile = gpu(hip="6.2.41133", gcn_arch=gcn_arch)
     assert profile.key == key and profile.name == "hip" and profile.device == "cuda"
     assert (profile.warp_size, profile.shared_memory_bytes) == (warp, lds_kib * 1024)
     assert ("fp8e4m3" in profile.dtypes) == fp8
     assert profile.compile_target == ("hip", key.split(":")[1], warp)
+    assert profile.launch is tables.tables
 
 
 def test_amd_arch_from_triton_when_torch_has_no_gcn_name(gpu):
@@ -218,6 +222,7 @@ def test_register_budget_is_the_smaller_of_the_thread_and_block_limits():
     assert backends.hip_profile("gfx942").register_budget(4) == 512
     assert backends.hip_profile("gfx942").register_budget(8) == 256
     assert backends.hip_profile("gfx1100").register_budget(8) == 256
+    assert backends.hip_profile("gfx1201").register_budget(32) == 192  # 4 SIMDs x 1,536 VGPRs per workgroup
     assert backends.iluvatar_profile("ivcore11").register_budget(4) is None
 
 

@@ -6,7 +6,8 @@ import pytest
 from conformance.backends import cuda_profile, hip_profile, profile_by_key
 from conformance.cli import main
 from conformance.compile_only import plan, resources, tier
-from conformance.compile_only.targets import DEFAULT_TARGETS, parse_targets
+from conformance.compile_only.targets import (DEFAULT_TARGETS, family_representatives, parse_targets,
+                                              supported_architectures)
 from conformance.compile_only.worker import compile_id, launch_config
 from conformance.judging import verdicts
 from conformance.running.results import read_env, read_results
@@ -19,7 +20,17 @@ CONTRACT_FIELDS = {"kind", "case", "verdict", "reason", "duration_s", "backend",
 def test_targets_take_short_names_and_backend_keys_in_order_once():
     keys = [profile.key for profile in parse_targets("sm_80, gfx942,cuda:sm_80,hip:gfx90a")]
     assert keys == ["cuda:sm_80", "hip:gfx942", "hip:gfx90a"]
-    assert [p.key for p in parse_targets(DEFAULT_TARGETS)] == ["cuda:sm_80", "cuda:sm_90", "hip:gfx90a", "hip:gfx942"]
+
+
+def test_the_default_targets_are_every_supported_family_by_its_first_architecture():
+    """The published nine and Ada (fp8 on mma.sync): one per family; the rest of each family
+    shares its facts or its table set, and --target names them."""
+    assert DEFAULT_TARGETS == "sm_80,sm_89,sm_90,sm_100,sm_120,gfx90a,gfx942,gfx950,gfx1100,gfx1201"
+    assert family_representatives() == DEFAULT_TARGETS.split(",")
+    assert set(DEFAULT_TARGETS.split(",")) < set(supported_architectures())
+    assert {"sm_86", "sm_103", "sm_121", "gfx1200"} <= set(supported_architectures())
+    assert "sm_75" not in supported_architectures()  # 64 KB: no launch table set fits
+    assert [p.key for p in parse_targets(DEFAULT_TARGETS)][:3] == ["cuda:sm_80", "cuda:sm_89", "cuda:sm_90"]
 
 
 @pytest.mark.parametrize("text, match", [
@@ -159,6 +170,64 @@ def test_an_interrupted_run_keeps_the_chunks_it_finished_and_shows_progress(monk
     assert [line["case"] for line in kept] == ["compile.fwd[cuda:sm_80,fp16,d1]", "compile.fwd[cuda:sm_80,fp16,d2]"]
     assert "unfinished" in read_env(tmp_path / "run")["compile_notes"][0]
     assert "compile: 2/" in capsys.readouterr().err
+
+
+def test_a_target_or_dtype_the_installed_triton_cannot_compile_is_one_unsupported_line(monkeypatch, tmp_path):
+    """The compiler is asked first (a probe job per target, every dtype of its profile); a
+    target it refuses runs no chunk, a dtype it refuses no call, each says why in the
+    compiler's words, and the run does not fail for them."""
+    jobs = []
+
+    def fake_worker(job):
+        jobs.append(job)
+        if job.get("probe"):
+            refused = {"sm_80": {}, "gfx950": {"fp16": "RuntimeError: PassManager::run failed"},
+                       "gfx1201": {"fp8e4m3": "CompilationError: type fp8e4nv not supported in this architecture"}}
+            stderr = "loc: error: unsupported target: 'gfx950'\n" if job["target"] == "hip:gfx950" else ""
+            return [{"event": "compiler", "refused": refused[job["target"].split(":")[1]]}], 0, stderr
+        calls = job["calls"]
+        return [{**compiled_event(), "id": f"compile.fwd[{job['target']},{call['dtype']},d{call['head_dim']}]",
+                 "dtype": call["dtype"]} for call in calls], 0, ""
+
+    monkeypatch.setattr(tier, "_run_worker", fake_worker)
+    assert tier.run("sm_80,gfx950,gfx1201", str(tmp_path / "run"), scope="quick", workers=1) == 0
+    lines = {line["case"]: line for line in read_results(tmp_path / "run")}
+    version = tier.triton_version()
+    refused = lines["compile.target[hip:gfx950]"]
+    assert refused["verdict"] == verdicts.UNSUPPORTED and refused["target"] == "hip:gfx950"
+    assert refused["reason"] == (f"triton {version} cannot compile for hip:gfx950: RuntimeError: "
+                                 "PassManager::run failed (error: unsupported target: 'gfx950')")
+    fp8 = lines["compile.target[hip:gfx1201,fp8e4m3]"]
+    assert (fp8["verdict"], fp8["dtype"]) == (verdicts.UNSUPPORTED, "fp8e4m3")
+    assert fp8["reason"] == (f"triton {version} cannot compile fp8e4m3 dots for hip:gfx1201: CompilationError: "
+                             "type fp8e4nv not supported in this architecture")
+    compiled = [job for job in jobs if not job.get("probe")]
+    assert {job["target"] for job in compiled} == {"cuda:sm_80", "hip:gfx1201"}
+    assert {call["dtype"] for job in compiled if job["target"] == "hip:gfx1201" for call in job["calls"]} == {
+        "fp16", "fp32"}  # the quick plan's fp8 calls left out
+    assert CONTRACT_FIELDS <= set(refused) and "compile.fwd[cuda:sm_80,fp16,d64]" in lines
+    assert "unsupported" in (tmp_path / "run" / tier.REPORT_FILE).read_text()
+
+
+def test_a_compiler_that_dies_on_the_probe_makes_its_target_unsupported_a_broken_worker_an_error(monkeypatch):
+    aborted = "python: AccelerateMatmul.cpp:63: Assertion `false && \"computeCapability not supported\"' failed.\n"
+    monkeypatch.setattr(tier, "_run_worker", lambda job: ([], -6, aborted))
+    refusal = tier.compiler_refusals(cuda_profile((13, 0)), "/tmp")[None]
+    assert refusal["unsupported"].endswith(
+        "cannot compile for cuda:sm_130: the compiler killed its process (SIGABRT): python: "
+        "AccelerateMatmul.cpp:63: Assertion `false && \"computeCapability not supported\"' failed.")
+    monkeypatch.setattr(tier, "_run_worker", lambda job: ([], 1, "ImportError: cannot import name 'x'\n"))
+    line = tier.target_line(cuda_profile((9, 0)), tier.compiler_refusals(cuda_profile((9, 0)), "/tmp")[None])
+    assert (line["case"], line["verdict"]) == ("compile.target[cuda:sm_90]", verdicts.ERROR)
+    assert line["reason"] == ("the compiler probe did not answer: the worker exited with code 1: "
+                              "ImportError: cannot import name 'x'")
+
+
+def test_the_real_compiler_refuses_an_architecture_it_does_not_know(tmp_path):
+    assert tier.compiler_refusals(cuda_profile((8, 9)), str(tmp_path)) == {}  # fp16, bf16, fp32 and fp8 dots
+    reason = tier.compiler_refusals(hip_profile("gfx9999"), str(tmp_path))[None]["unsupported"]
+    assert reason.endswith("cannot compile for hip:gfx9999: RuntimeError: PassManager::run failed "
+                           "(error: unsupported target: 'gfx9999')")
 
 
 def test_one_real_compile_for_sm_80(tmp_path):

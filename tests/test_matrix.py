@@ -162,7 +162,7 @@ def test_matrix_job_parts_per_machine():
     assert matrix_job._label(gpu) == "cuda-sm_90" and matrix_job._label(cpu) == "cpu"
     on_cpu = matrix_job.parts(cpu, 2)
     assert on_cpu["run"] == ["run", "--tier", "auto", "-n", "2"]
-    assert on_cpu["compile"] == ["compile", "--target", "sm_80,sm_90,gfx90a,gfx942", "--scope", "quick"]
+    assert on_cpu["compile"] == ["compile", "--scope", "quick"]  # every target family; unsupported ones say so
     assert on_cpu["sweep"] == ["run", "--tier", "sweep-quick", "-n", "2"]
 
 

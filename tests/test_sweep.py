@@ -20,7 +20,8 @@ from conformance.bundled.kernels import tuning, tuning_space
 from conformance.bundled.kernels.targets import INTERPRETER, Target
 
 REPO = Path(__file__).resolve().parent.parent
-TARGETS = [Target("cuda", 80, 32), Target("cuda", 90, 32), Target("hip", "gfx942", 64), INTERPRETER]
+TARGETS = [Target("cuda", 80, 32), Target("cuda", 90, 32), Target("cuda", 120, 32), Target("hip", "gfx942", 64),
+           Target("hip", "gfx1201", 32), INTERPRETER]
 CASE = "flash_attention.bwd[fp16,d64,causal,B1,H2,Hkv1,Sq77,Sk100,seed0]"
 
 
@@ -39,6 +40,25 @@ def test_descriptor_configurations_only_where_the_target_compiles_them():
     assert any(c.descriptors for c in tuning_space.space("fwd", hopper))
     assert not any(c.descriptors for c in tuning_space.space("fwd", ampere))
     assert not any(c.descriptors for c in tuning_space.space("total", hopper))  # not a streaming kernel
+
+
+def test_each_family_has_a_space_of_its_own():
+    """RDNA's 256 VGPRs: small tiles, up to 16 waves, one stage, no occupancy hint; consumer
+    Blackwell streams through its TMA unit like Hopper; every table's choice is in its space."""
+    rdna = tuning_space.space("bwd_dkdv", Target("hip", "gfx1201", 32))
+    assert {c.block_m for c in rdna} == {16, 32, 64, 128} and {c.block_n for c in rdna} == {16, 32, 64}
+    assert {c.num_warps for c in rdna} == {4, 8, 16} and {c.num_stages for c in rdna} == {1}
+    assert all(c.waves_per_eu is None for c in rdna)
+    assert any(c.descriptors for c in tuning_space.space("bwd_dq", Target("cuda", 120, 32)))
+    cdna = tuning_space.space("fwd", Target("hip", "gfx942", 64))
+    assert {c.waves_per_eu for c in cdna} == {None, 2}
+    assert cdna == tuning_space.space("fwd", Target("hip", "gfx950", 64))
+    for target in (Target("hip", "gfx1201", 32), Target("hip", "gfx1100", 32)):
+        for kernel in (k for k in tuning_space.KERNELS if k != "bwd_preprocess"):  # one tile of its own
+            for dtype in ("fp16", "fp32"):
+                members = tuning_space.space(kernel, target, dtype)
+                for head_dim in (64, 128, 256):
+                    assert tuning.launch_config(kernel, head_dim, dtype, target) in members
 
 
 def test_an_override_wins_over_the_tables_and_is_undone():

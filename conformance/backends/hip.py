@@ -1,23 +1,23 @@
 """AMD GPUs under ROCm (torch.version.hip set), one profile per gfx architecture.
 
-Facts and where they come from:
-* wavefront size and LDS per workgroup: triton's AMD backend
-  (third_party/amd/lib/TritonAMDGPUToLLVM/TargetInfo.cpp: wave 64 on CDNA, 32 on
-  RDNA; 64 KiB of shared memory, 160 KiB on CDNA4) and the ROCm GPU specification
-  table (https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html: MI300X/MI325X
-  LDS 64 KiB, MI350X/MI355X 160 KiB, a 512 KiB VGPR file per CDNA compute unit).
-* 512 VGPRs per work-item on CDNA2 and newer (256 architectural + 256
-  accumulation registers, one unified file), 256 on RDNA.
-* fp8: gfx942 multiplies only the FNUZ fp8 variants (HIP's fp8 reference:
-  https://rocm.docs.amd.com/projects/HIP/en/latest/reference/fp8_numbers.html),
-  not torch's float8_e4m3fn / float8_e5m2; gfx950 multiplies the OCP variants.
+The limits are the kernels' own facts (kernels.architectures, which cites triton's AMD
+TargetInfo and the ROCm GPU specifications): wavefront size (64 on CDNA, 32 on RDNA), LDS per
+workgroup (64 KiB, 160 KiB on CDNA4), VGPRs per work-item (512 on CDNA2 and newer, 256 on
+RDNA), the matrix unit (MFMA, WMMA) and the fp8 formats it multiplies: gfx942 only the FNUZ
+variants (HIP's fp8 reference:
+https://rocm.docs.amd.com/projects/HIP/en/latest/reference/fp8_numbers.html), not torch's
+float8_e4m3fn / float8_e5m2; gfx950 and RDNA4 the OCP ones.  This module adds the
+products, the VGPR file a CDNA workgroup shares (512 KiB per compute unit, ROCm GPU
+specifications: https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html), the
+numerical quirks and detection.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from conformance.backends.profile import HEAD_DIMS, KIB, BackendProfile
+from conformance.backends.profile import HEAD_DIMS, KIB, BackendProfile, launch_notes
+from conformance.bundled.kernels.architectures import arch_facts, known_architecture
 from conformance.bundled.kernels.targets import Target
 
 MI200_DENORMALS = (
@@ -35,43 +35,47 @@ MI200_DENORMALS = (
 
 @dataclass(frozen=True)
 class HipArch:
-    arch: str
     products: str
-    warp_size: int
-    lds_kib: int
-    vgprs: int                # per work-item
-    vgpr_file_kib: int | None  # per compute unit, shared by a workgroup's waves
+    vgpr_file_kib: int | None = None  # shared by a workgroup's waves
     notes: tuple[str, ...] = ()
 
 
-HIP_ARCHS = {arch.arch: arch for arch in (
-    HipArch("gfx90a", "CDNA2 (MI210, MI250, MI250X)", 64, 64, 512, 512, notes=(MI200_DENORMALS,)),
-    HipArch("gfx942", "CDNA3 (MI300A, MI300X, MI325X)", 64, 64, 512, 512),
-    HipArch("gfx950", "CDNA4 (MI350X, MI355X)", 64, 160, 512, 512),
-    HipArch("gfx1100", "RDNA3 (RX 7900, PRO W7900)", 32, 64, 256, None),
-    HipArch("gfx1201", "RDNA4 (RX 9070)", 32, 64, 256, None),
-)}
+# The VGPR file a workgroup's waves share: a CDNA compute unit's 512 KiB (ROCm GPU
+# specifications); on RDNA3/4 the 4 SIMDs of a work-group processor (triton compiles in WGP
+# mode), 192 KiB each: 1,536 wave32 VGPRs (AMD's RDNA3 material: Navi 31's VGPR file 50 %
+# larger than RDNA2's 128 KiB; measured on gfx1201 and gfx1100 alike: LLVM caps a 32-wave
+# workgroup at 192 VGPRs per work-item, 4 x 1,536 / 32).
+CDNA_VGPR_FILE_KIB, RDNA_VGPR_FILE_KIB = 512, 4 * 192
 
-# Architectures not in the table get their family's facts (CDNA is gfx9, RDNA gfx1x).
-_FAMILY_DEFAULTS = {"gfx9": HIP_ARCHS["gfx942"], "gfx1": HIP_ARCHS["gfx1100"]}
 
+# gfx name -> products and quirks (the keys --backend knows as hip:gfxNNN; the kernels'
+# kernels.architectures lists the same architectures).
+HIP_ARCHS = {
+    "gfx90a": HipArch("CDNA2 (MI210, MI250, MI250X)", CDNA_VGPR_FILE_KIB, notes=(MI200_DENORMALS,)),
+    "gfx942": HipArch("CDNA3 (MI300A, MI300X, MI325X)", CDNA_VGPR_FILE_KIB),
+    "gfx950": HipArch("CDNA4 (MI350X, MI355X)", CDNA_VGPR_FILE_KIB),
+    "gfx1100": HipArch("RDNA3 (RX 7900, PRO W7900)", RDNA_VGPR_FILE_KIB),
+    "gfx1201": HipArch("RDNA4 (RX 9070, AI PRO R9700)", RDNA_VGPR_FILE_KIB),
+    "gfx1200": HipArch("RDNA4 (RX 9060)", RDNA_VGPR_FILE_KIB),
+}
 
 DETECTION = ("torch.cuda.is_available() with torch.version.hip set; arch from "
              "torch.cuda.get_device_properties(0).gcnArchName (e.g. 'gfx90a:sramecc+:xnack-')")
 
 
-def _arch_facts(arch: str) -> tuple[HipArch, tuple[str, ...]]:
+def _arch(arch: str) -> tuple[HipArch, tuple[str, ...]]:
+    """The table row of `arch`, or of its generation's listed architecture (said in a note)."""
     if arch in HIP_ARCHS:
         return HIP_ARCHS[arch], ()
-    family = _FAMILY_DEFAULTS.get(arch[:4], HIP_ARCHS["gfx942"])
-    return replace(family, arch=arch, products="unknown"), (
-        f"{arch} is not in the harness's table of AMD architectures: the limits of {family.arch} "
-        "are assumed.",)
+    _, known = known_architecture("hip", arch)
+    return HipArch("unknown", HIP_ARCHS[known].vgpr_file_kib), (
+        f"{arch} is not in the harness's table of AMD architectures: the limits of {known} are assumed.",)
 
 
 def hip_profile(arch: str) -> BackendProfile:
     """The profile of an AMD GPU by gfx name (a gcnArchName's part before ':')."""
-    facts, assumed = _arch_facts(arch)
+    row, assumed = _arch(arch)
+    facts = arch_facts("hip", arch)
     target = Target("hip", arch, facts.warp_size)
     return BackendProfile(
         name="hip",
@@ -83,24 +87,18 @@ def hip_profile(arch: str) -> BackendProfile:
         target=target,
         tf32_dot=arch == "gfx942",
         warp_size=facts.warp_size,
-        shared_memory_bytes=facts.lds_kib * KIB,
-        registers_per_thread=facts.vgprs,
-        register_file_per_block=None if facts.vgpr_file_kib is None else facts.vgpr_file_kib * KIB // 4,
+        shared_memory_bytes=facts.shared_memory_bytes,
+        registers_per_thread=facts.registers_per_thread,
+        register_file_per_block=None if row.vgpr_file_kib is None else row.vgpr_file_kib * KIB // 4,
         compile_target=("hip", arch, facts.warp_size),
         detection=DETECTION,
         notes=(
-            f"{facts.products}: wavefront {facts.warp_size}, {facts.lds_kib} KiB LDS per workgroup, "
-            f"{facts.vgprs} VGPRs per work-item (triton's AMD TargetInfo; "
-            "https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html).",
-            "Launch tables are untuned on hardware: CUDA tiles with 4 wavefronts and one stage, "
-            "waves_per_eu 2 on the forward up to D=64, dK/dV tiles of 32 query rows, chosen by the "
-            "compile-only tier so that no fp16/bf16 kernel spills a vector register to scratch "
-            "(some backward kernels keep a little scratch for scalar registers: the compile-only "
-            "report says how much).",
-            *facts.notes,
-            *(() if facts.warp_size == 64 else (
-                "RDNA launch tables spill registers (0.5-4.5 KB per thread at D=128/256, gfx1100, "
-                "compile-only tier): expect slow kernels until they are tuned.",)),
+            f"{row.products}: wavefront {facts.warp_size}, {facts.shared_memory_bytes // KIB} KiB LDS per "
+            f"workgroup, {facts.registers_per_thread} VGPRs per work-item, tl.dot on {facts.matrix_unit} "
+            "(triton's AMD TargetInfo; https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html; "
+            "kernels/architectures.py).",
+            *launch_notes(target),
+            *row.notes,
             *assumed,
         ),
     )

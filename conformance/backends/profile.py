@@ -13,10 +13,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from conformance.bundled.kernels.targets import FP8, HEAD_DIMS, HIGH_PRECISION, Target
-from conformance.bundled.kernels.tuning import KERNELS, LaunchConfig, LaunchTable, launch_config, launch_tables
+from conformance.bundled.kernels.tuning import (KERNELS, LaunchConfig, LaunchTable, launch_config, launch_tables,
+                                                table_set)
 
-__all__ = ["FP8", "HEAD_DIMS", "HIGH_PRECISION", "KERNELS", "KIB", "BackendProfile", "LaunchConfig",
-           "LaunchTable"]
+__all__ = ["FP8", "HARDWARE_RUNS", "HEAD_DIMS", "HIGH_PRECISION", "KERNELS", "KIB", "BackendProfile", "LaunchConfig",
+           "LaunchTable", "launch_notes"]
+
+# The GPU profiles whose kernels have run on a card for this project, and where those runs are.
+# Every other GPU profile is known from the compile-only tier alone (python -m conformance
+# compile): its kernels compiled for it, within its limits, but never ran.
+HARDWARE_RUNS = {"cuda:sm_90": "an H100 and two H200s (reports/h100-sm90/, reports/h200-sm90-x2/)"}
+
+
+def launch_notes(target: Target) -> tuple[str, ...]:
+    """What a GPU profile says about its launch tables and its evidence: the table set its
+    architecture takes (kernels.tuning.table_set), how that set was chosen, why no richer
+    one fits, and whether the kernels ran on such a card or were only compiled for it."""
+    chosen, misfit = table_set(target)
+    key = target.name
+    evidence = (f"Run on hardware: {HARDWARE_RUNS[key]}." if key in HARDWARE_RUNS else
+                f"Not run on hardware here: compile-only (python -m conformance compile --target {key}); "
+                "its verdicts are the first on such a card.")
+    return (f"Launch tables: the {chosen.name} set, {chosen.origin}.", *((misfit + ".",) if misfit else ()), evidence)
 
 @dataclass(frozen=True)
 class BackendProfile:
@@ -68,6 +86,11 @@ class BackendProfile:
     @property
     def interpreted(self) -> bool:
         return self.name == "interpreter"
+
+    @property
+    def hardware_runs(self) -> str | None:
+        """Where runs of the kernels on such a card are (HARDWARE_RUNS); None: compile-only."""
+        return HARDWARE_RUNS.get(self.key)
 
     @property
     def launch(self) -> dict[str, LaunchTable]:

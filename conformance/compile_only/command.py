@@ -14,7 +14,9 @@ def add_parser(commands) -> None:
     compile_ = commands.add_parser("compile", help="compile every bundled kernel configuration for GPU "
                                                    "targets, without a GPU")
     compile_.add_argument("--target", default=DEFAULT_TARGETS, metavar="LIST",
-                          help=f"comma-separated sm_XY / gfxNNN / backend keys (default {DEFAULT_TARGETS})")
+                          help=f"comma-separated sm_XY / gfxNNN / backend keys (default: every architecture family "
+                               f"the kernels support, {DEFAULT_TARGETS}; one the installed triton cannot compile "
+                               "for is unsupported)")
     compile_.add_argument("--out", metavar="DIR", help="run folder (default reports/runs/<time>-compile)")
     compile_.add_argument("--scope", default="full", choices=SCOPES,
                           help="full: every dtype, head dim and variant; quick: each table row once (CI); "

@@ -10,8 +10,11 @@ writes the run folder: results.jsonl (lines of kind "compile"), env.json, compil
 Verdicts: `pass` (compiled, within the limits), `fail` (shared memory over what a
 block may use on the target, or more registers per thread than a block of that
 many warps can have -- either way the launch would be refused), `error` (the
-compiler raised or died; the reason is its message).  Register spills are reported
-but do not fail: a spilling kernel still runs correctly, only slower.
+compiler raised or died; the reason is its message), `unsupported` (a sweep's
+configuration that cannot launch there, or a target -- or a dtype of it -- the installed
+triton cannot compile for: one line, `compile.target[KEY]` or `compile.target[KEY,dtype]`,
+with the compiler's reason).  Register
+spills are reported but do not fail: a spilling kernel still runs correctly, only slower.
 """
 
 from __future__ import annotations
@@ -76,6 +79,27 @@ def _run_worker(job: dict) -> tuple[list[dict], int | None, str]:
     return events, (None if timed_out else process.returncode), stderr
 
 
+def compiler_words(stderr: str) -> str:
+    """The compiler's last telling line on stderr (an assertion or an error), else its last
+    line; "" if it said nothing."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip() and "warn" not in line.lower()]
+    telling = [line for line in lines if "Assertion" in line or "error" in line.lower()]
+    return (telling or lines or [""])[-1]
+
+
+# MLIR's line after any failing pass: the pass's own error, printed before it, says why.
+_PIPELINE_FAILED = "Failures have been detected while processing an MLIR pass pipeline"
+
+
+def first_compiler_error(stderr: str) -> str:
+    """The first `error:` the compiler printed (MLIR's generic pipeline line skipped), or an
+    assertion, without the source location in front; "" if none."""
+    for line in stderr.splitlines():
+        if "Assertion" in line or ("error:" in line and _PIPELINE_FAILED not in line):
+            return line[line.find("error:"):].strip() if "error:" in line else line.strip()
+    return ""
+
+
 def death_reason(returncode: int | None, stderr: str) -> str:
     """Why a worker died: its signal or exit code, and the compiler's last words."""
     if returncode is None:
@@ -84,10 +108,50 @@ def death_reason(returncode: int | None, stderr: str) -> str:
         how = f"the compiler killed its process ({signal.Signals(-returncode).name})"
     else:
         how = f"the worker exited with code {returncode}"
-    lines = [line.strip() for line in stderr.splitlines() if line.strip() and "warn" not in line.lower()]
-    telling = [line for line in lines if "Assertion" in line or "error" in line.lower()]
-    last = (telling or lines or [""])[-1]
+    last = compiler_words(stderr)
     return f"{how}: {last}" if last else how
+
+
+def compiler_refusals(profile: BackendProfile, cache_dir: str) -> dict[str | None, dict]:
+    """What the installed triton refuses of `profile`'s target, asked with the probe kernel
+    (probe_kernel.py) in one worker: {} where it compiles a dot of every dtype of the profile;
+    {None: fields} where it compiles none (the first dtype, fp16, refused, or the compiler
+    aborted); else {dtype: fields} per refused dtype.  The fields of each results line:
+    `unsupported` with the compiler's words (its exception, and for a whole target the first
+    error it printed: "unsupported target", an assertion), or `error` where the probe's worker
+    failed otherwise (the harness, not the compiler: a timeout, an exception outside the compile)."""
+    dtypes = list(profile.dtypes)
+    events, returncode, stderr = _run_worker({"target": profile.key, "calls": [], "skip": [],
+                                              "cache_dir": cache_dir, "probe": dtypes})
+    answer = next((event for event in events if event["event"] == "compiler"), None)
+    cannot = f"triton {triton_version()} cannot compile"
+    if answer is None and (returncode is None or returncode >= 0):
+        return {None: {"error": {"reason": f"the compiler probe did not answer: {death_reason(returncode, stderr)}",
+                                 "traceback": stderr[-4000:]}}}
+    if answer is None or dtypes[0] in answer["refused"]:
+        words = death_reason(returncode, stderr) if answer is None else answer["refused"][dtypes[0]]
+        printed = first_compiler_error(stderr) if answer is not None else ""
+        return {None: {"unsupported": f"{cannot} for {profile.key}: {words}"
+                                      + (f" ({printed})" if printed and printed not in words else "")}}
+    return {dtype: {"unsupported": f"{cannot} {dtype} dots for {profile.key}: {reason}"}
+            for dtype, reason in answer["refused"].items()}
+
+
+def target_line(profile: BackendProfile, refusal: dict, dtype: str | None = None) -> dict:
+    """The one results line, `compile.target[KEY]` (or `[KEY,dtype]`), of a target (or one of
+    its dtypes) the installed triton refused."""
+    case = f"compile.target[{profile.key}{f',{dtype}' if dtype else ''}]"
+    return results_line({"id": case, "kernel": "target", "dtype": dtype, "head_dim": None, "config": {},
+                         **refusal}, profile)
+
+
+def _planned(profile: BackendProfile, scope: str, refused: dict) -> list[list]:
+    """The plan's chunks of a target without the calls of the dtypes its compiler refused
+    (none at all where it refused the target)."""
+    if None in refused:
+        return []
+    chunks = ([call for call in calls if call.dtype not in refused] for calls in plan.chunks(profile, scope))
+    return [calls for calls in chunks if calls]
 
 
 def _chunk_failure(profile: BackendProfile, calls: list, reason: str, stderr: str) -> dict:
@@ -179,7 +243,9 @@ def results_line(event: dict, profile: BackendProfile) -> dict:
         "shared_bytes": event.get("shared_bytes"),
         "shared_limit_bytes": profile.shared_memory_bytes, "compile_s": event.get("compile_s"),
     }
-    if event.get("error"):
+    if event.get("unsupported"):
+        line.update(verdict=verdicts.UNSUPPORTED, reason=event["unsupported"])
+    elif event.get("error"):
         line.update(verdict=verdicts.ERROR, reason=event["error"]["reason"], traceback=event["error"].get("traceback"))
     else:
         line["verdict"], line["reason"] = judge(line, profile, event.get("measure_note"))
@@ -196,11 +262,20 @@ def _order(line: dict, profiles: list[BackendProfile]) -> tuple:
 
 def compile_targets(profiles: list[BackendProfile], scope: str, workers: int,
                     on_chunk=None) -> tuple[list[dict], list[str]]:
-    """Results lines (in a stable order) and the run's notes, for every target.
-    `on_chunk(lines, done, total)` hears each chunk's new lines as it finishes."""
-    work = [(profile, calls) for profile in profiles for calls in plan.chunks(profile, scope)]
+    """Results lines (in a stable order) and the run's notes, for every target: first each
+    target's compiler is asked what it compiles (one line for a target, or a dtype of it,
+    that it does not: compiler_refusals), then the plan's chunks of the rest run.  `on_chunk(lines, done,
+    total)` hears each chunk's new lines as it finishes (the refused targets' as chunk 0)."""
     lines, notes = {}, set()
     with tempfile.TemporaryDirectory(prefix="fa-compile-") as cache_dir, ThreadPoolExecutor(workers) as pool:
+        refusals = list(pool.map(lambda profile: compiler_refusals(profile, cache_dir), profiles))
+        work = [(profile, calls) for profile, refused in zip(profiles, refusals)
+                for calls in _planned(profile, scope, refused)]
+        refused = [target_line(profile, fields, dtype) for profile, refusals_ in zip(profiles, refusals)
+                   for dtype, fields in refusals_.items()]
+        lines.update((line["case"], line) for line in refused)
+        if refused and on_chunk is not None:
+            on_chunk(refused, 0, len(work))
         outcomes = pool.map(lambda item: run_chunk(*item, cache_dir), work)
         for done, ((profile, _), outcome) in enumerate(zip(work, outcomes), start=1):
             fresh = [results_line(event, profile) for case_id, event in outcome.results.items() if case_id not in lines]

@@ -10,9 +10,13 @@ and writes one JSON event per line on stdout:
     {"event": "result", "id": ..., ...}        the same, with its measurements or its error
     {"event": "note", "text": ...}             something the whole run should say
     {"event": "skipped", "call": ..., "reason": ...}  an operator refused a call
+    {"event": "compiler", "refused": {dtype: reason}}  the answer to a probe job
 
-A compiler that aborts the process leaves a "start" without a "result": the
-parent records that id as an error and starts a new worker that skips it.
+A probe job (`"probe": [dtypes]`, no calls) only asks whether the installed triton
+compiles a dot of each dtype for the target (probe_kernel.py; the first refused: the
+target itself, the others not asked).  A compiler that aborts the process leaves a
+"start" without a "result": the parent records that id as an error and starts a new
+worker that skips it.
 """
 
 from __future__ import annotations
@@ -171,6 +175,30 @@ def provide_hip_linker(directory: str) -> None:
                                    "(triton 3.2 links externally; registers and LDS come from the assembly)"})
 
 
+def compiler_refusal(exc: Exception) -> str:
+    """The compiler's reason in one line: its exception's type and the message's last line
+    (a CompilationError's first lines point at the kernel's source, its last says why)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"
+
+
+def answer_probe(dtypes: list[str]) -> int:
+    """Which of `dtypes` the probe kernel does not compile for on the active target, and why;
+    after a refused first dtype (the target itself) nothing else is asked."""
+    from conformance.compile_only.probe_kernel import compile_probe
+
+    refused = {}
+    for dtype in dtypes:
+        try:
+            compile_probe(dtype)
+        except Exception as exc:  # the compiler's refusal is the answer
+            refused[dtype] = compiler_refusal(exc)
+            if dtype == dtypes[0]:
+                break
+    emit({"event": "compiler", "refused": refused})
+    return 0
+
+
 def main() -> int:
     job = json.loads(sys.stdin.read())
     os.environ.pop("TRITON_INTERPRET", None)  # before the kernels are defined
@@ -185,6 +213,8 @@ def main() -> int:
     if profile.compile_target[0] == "hip":
         provide_hip_linker(job["cache_dir"])
     backends.activate(replace(profile, device="cpu"))  # tensors stand in on the CPU
+    if job.get("probe"):
+        return answer_probe(job["probe"])
     from conformance.bundled.kernels import launch
 
     compiler = Compiler(profile.key, profile.compile_target[0], set(job["skip"]))

@@ -1,0 +1,163 @@
+"""Launch table sets of AMD targets: CDNA's (gfx90a, gfx942, gfx950: 64-wide waves, 512
+VGPRs per work-item) and RDNA's (32-wide waves, 256 VGPRs), RDNA3 (gfx11) apart from
+RDNA4 (gfx12) because gfx11's WMMA holds each operand twice.
+
+Untuned on hardware (no AMD card here): every tile is chosen from compile-only
+measurements (`python -m conformance compile`, triton 3.9), so that fp16/bf16 kernels keep
+their vector registers out of scratch memory where any tile can.  Which set a target takes
+is kernels.tuning's choice, by each set's needs (TableSet) against the target's facts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .architectures import MFMA, WMMA_GFX11, WMMA_GFX12
+from .launch_tables import LaunchConfig, TableSet, map_tables, table, with_warps
+from .tables_nvidia import CUDA_LAUNCH
+
+
+def _hip_tile(config: LaunchConfig) -> LaunchConfig:
+    """A CUDA tile made for AMD: 4 wavefronts (256 threads, the most that still leave
+    each thread all 512 VGPRs of a CDNA SIMD) and one stage (the triton attention
+    tutorial's only HIP stage count, least LDS)."""
+    return replace(config, num_warps=4, num_stages=1)
+
+
+# Untuned on hardware (no AMD card here); chosen from compile-only measurements
+# (gfx942, triton 3.9, causal + dropout): the CUDA tiles with 4 wavefronts compiled
+# without spills except the three overridden below (dkdv fp32 D=256: 132 B per
+# thread; piecewise dkdv fp16 D=128/256: 524/28 B), whose smaller tiles also keep
+# triton 3.2's LDS within 64 KiB on gfx90a (16x32 fp32 dkdv took 80 KiB there).
+# 8 wavefronts halve the VGPRs a thread may have (256) and spilled in 19 of 48
+# configurations; waves_per_eu=2 (which also caps them at 256) spilled in 31 of 48
+# with 2 wavefronts.  The tutorial's waves_per_eu=2 is kept on the forward up to
+# D=64 (at most 214 VGPRs there, so the hint only pins 2 waves per SIMD); at D=128
+# it spilled 48 B on gfx90a, and the tutorial's 3 (168 VGPRs) spills at D=64.
+def _tile(block_m: int, block_n: int, waves_per_eu: int | None = None) -> LaunchConfig:
+    return LaunchConfig(block_m, block_n, num_warps=4, num_stages=1, waves_per_eu=waves_per_eu)
+
+
+# dK/dV: 32 query rows per step (as the triton tutorial's dK/dV loop has), not 64: with
+# 64x64 the fp16/bf16 kernel spilled vector registers at D = 64 with dropout and at
+# D = 128 (6-13 VGPRs, 44-72 B of scratch per thread, gfx90a/gfx942, triton 3.9 with
+# the unmasked tiles); with 32x64 none of the 64 fp16/bf16 variants spill a vector
+# register on either target.  What scratch remains there (20 B per thread in about a
+# third of them) holds scalar registers: the kernel's ~50 scalar arguments (8 pointers,
+# 24 strides) fill the 102 SGPRs, whatever the tile.
+HIP_LAUNCH = {
+    **map_tables(CUDA_LAUNCH, _hip_tile),
+    "bwd_dkdv": table((64, _tile(32, 64)), (128, _tile(32, 64)), (256, _tile(32, 32))),
+    "fwd": table((64, _tile(128, 64, 2)), (128, _tile(128, 64)), (256, _tile(64, 32))),
+    "fwd.fp32": table((64, _tile(64, 32, 2)), (256, _tile(16, 32))),
+    "bwd_dkdv.fp32": table((64, _tile(32, 32)), (128, _tile(32, 16)), (256, _tile(16, 16))),
+    "piecewise_bwd_dkdv": table((64, _tile(32, 32)), (128, _tile(32, 32)), (256, _tile(16, 16))),
+    # piecewise dQ with its near, crossing and far key loops: 32x64 at D = 128 filled the
+    # 512 VGPRs (gfx942 fp16 spilled 31, 128 B of scratch); 32x32 takes 272-325, no spill.
+    "piecewise_bwd_dq": table((64, _tile(64, 32)), (128, _tile(32, 32)), (256, _tile(32, 16))),
+}
+
+# CDNA (gfx90a, gfx942; gfx950 too: untuned there, its 160 KiB of LDS unused by these
+# tiles).  The most LDS any configuration takes: 32,768 B (the forward at D = 128, compile-only
+# full scope, triton 3.9, reports/compile/).
+CDNA = TableSet("cdna", HIP_LAUNCH, (MFMA,), 64, 32_768, 512,
+                "untuned: the CUDA tiles with 4 wavefronts and one stage, fitted by compile-only measurements")
+
+# RDNA runs 32-wide waves with at most 256 VGPRs each: the CDNA tiles with 8 waves (the
+# 256 threads per block of the CDNA tables) where they keep fp16/bf16 out of scratch, smaller
+# tiles where not.  No waves_per_eu: not measured there.  Figures: VGPRs of the causal
+# kernel with dropout at the row's largest head dim (compile-only, triton 3.9).
+RDNA_BASE = with_warps(HIP_LAUNCH, 8)
+
+
+def _wave32(block_m: int, block_n: int, num_warps: int = 8) -> LaunchConfig:
+    """An RDNA tile: one stage (as CDNA's), `num_warps` 32-wide waves, no occupancy hint."""
+    return LaunchConfig(block_m, block_n, num_warps=num_warps, num_stages=1)
+
+
+# fp32 on RDNA: no fp32 WMMA, so FMA dots, where each thread holds whole rows of both
+# operands; 16 waves of 16-row or 16-key tiles keep the most of them in registers (the CDNA
+# tiles with 8 waves spilled 0.5-4.5 KB in every kernel but the delta pre-pass).  In
+# registers (gfx1201, causal with dropout): forward 32x16 at 64 (166 VGPRs) and 16x16 at 128
+# (229), dQ 32x16 at 64 (229), dK/dV 16x16 at 64 (239), total 32x16 with 8 waves up to 128
+# (186), piecewise forward 32x16 at 64 (226).  Spilling where no tile measured keeps them
+# (per thread, over the variants of the compile-only tier's full scope, gfx1201 / gfx1100):
+# at 64 piecewise dK/dV 180-184 / 188-304 B, piecewise dQ 132-140 / 180-272 B (gfx1100's
+# dK/dV 60 B in one variant); at 128 dK/dV 892-1,084 / 888-1,108 B, dQ 608-648 / 644-720 B,
+# piecewise forward 608-612 / 652-656 B, dK/dV 1,424-1,436 / 1,588-1,592 B, dQ 1,312-1,416 /
+# 1,404-1,436 B; at 256 (the same 16x16 tiles, 16 waves) forward 564-640 / 560-728 B, total
+# 144-152 B, dK/dV 2.3-2.4 KB, dQ 2.2-2.3 KB, piecewise 2.2-3.5 KB.  Triton 3.2 gives fp32
+# dK/dV and piecewise dK/dV at D = 256 67,584 and 98,304 B of LDS with any 16x16 tile (3.9:
+# 33,792 and 49,152): over RDNA's 64 KiB there, whatever the table says.
+_SMALLEST = _wave32(16, 16, 16)
+RDNA_FP32 = {
+    "fwd.fp32": table((64, _wave32(32, 16, 16)), (256, _SMALLEST)),
+    "bwd_dq.fp32": table((64, _wave32(32, 16, 16)), (256, _SMALLEST)),
+    "bwd_dkdv.fp32": table((256, _SMALLEST),),
+    "total.fp32": table((128, _wave32(32, 16)), (256, _SMALLEST)),
+    "piecewise_fwd.fp32": table((64, _wave32(32, 16, 16)), (256, _SMALLEST)),
+    "piecewise_bwd_dkdv.fp32": table((256, _SMALLEST),),
+    "piecewise_bwd_dq.fp32": table((256, _SMALLEST),),
+}
+
+
+# RDNA4 (gfx12: WMMA without operand replication).  The CDNA tiles spilled 30 of 48
+# configurations (issue 32).  The forward at D = 128 in 128x32 (193 VGPRs; 128x64 spilled 20
+# in bf16 with dropout); the kernels that keep K and V (dK/dV) or Q and dO (dQ) in
+# registers for the whole loop take fewer keys or rows as D grows: dK/dV 32x32 at D <= 64
+# (198 VGPRs; 32x64 spilled 93), 32x16 at 128 (213; 32x32 spilled 150), 16x16 with 16 waves
+# at 256 (252; with 8 waves 105 spilled: each wave holds the whole K and V operands, more
+# waves share the accumulators); dQ 64x32 at 128 (220; 64x64 spilled 30), 32x16 at 256
+# (249); piecewise forward 32x16 at 256 (232; 32x32 spilled 81), piecewise dK/dV and dQ
+# 32x16 at 128 (242 and 193).  At D = 256 no tile keeps every variant out of scratch: a
+# wave holds whole 16x256 operands (K, V and Q, dO: 64 VGPRs each), so dK/dV's 16x16 with
+# 16 waves spills 8-66 VGPRs (36-260 B per thread) in 4 of its 8 fp16/bf16 variants (32
+# waves cap the VGPRs at 192: 120 spilled), and the piecewise dK/dV and dQ, with two score
+# tiles' operands, 116-140 and 61-75 (460-564 and 232-304 B) in all.  The smallest spills
+# are kept, and reported per configuration by the compile-only tier.
+RDNA4_LAUNCH = {
+    **RDNA_BASE,
+    **RDNA_FP32,
+    "fwd": RDNA_BASE["fwd"].replaced(128, _wave32(128, 32)),
+    "bwd_dkdv": table((64, _wave32(32, 32)), (128, _wave32(32, 16)), (256, _wave32(16, 16, 16))),
+    "bwd_dq": table((64, _wave32(64, 64)), (128, _wave32(64, 32)), (256, _wave32(32, 16))),
+    "piecewise_fwd": RDNA_BASE["piecewise_fwd"].replaced(256, _wave32(32, 16)),
+    "piecewise_bwd_dkdv": table((64, _wave32(32, 32)), (128, _wave32(32, 16)), (256, _wave32(16, 16, 16))),
+    "piecewise_bwd_dq": table((64, _wave32(64, 32)), (128, _wave32(32, 16)), (256, _wave32(16, 16))),
+}
+# The most LDS any RDNA configuration takes: 49,152 B (piecewise dK/dV in fp32 at D = 256,
+# compile-only, triton 3.9), both sets.
+RDNA4 = TableSet("rdna4", RDNA4_LAUNCH, (WMMA_GFX12,), 32, 49_152, 256,
+                 "untuned: tiles chosen by compile-only measurements to keep fp16/bf16 vector registers "
+                 "out of scratch (kernels/tables_amd.py says where no tile can)")
+
+# RDNA3 (gfx11: WMMA holds A and B twice, in both half-waves, so every operand takes twice
+# RDNA4's VGPRs).  Kept out of scratch at D <= 64 but in piecewise dQ, and in the forward at
+# 128 (VGPRs, causal with dropout): forward 128x32 at 64 (214; 128x64 spilled 25), 16x16 at
+# 128 (246; 32x16 spilled 3 in its non-causal variants, 64x16 11); dQ 64x16 and dK/dV 32x16
+# at 64 (237, 213); piecewise forward 64x32 and dK/dV 16x16 at 64 (237, 238).  Where the
+# loop-invariant operands alone fill the 256 VGPRs (Q and dO, or K and V: 16 x D each, 128
+# VGPRs apiece at D = 128), every tile spills, and the table takes the tile that spills least
+# (per thread, over the fp16/bf16 variants of the compile-only tier's full scope): dQ 32x16
+# at 128 (404-428 B), 16x16 with 16 waves at 256 (1,784-2,076 B); dK/dV 16x16 at 128 (240-556
+# B), at 256 with 16 waves (912-1,068 B); forward 16x16 with 16 waves at 256 (388-476 B);
+# piecewise forward 16x16 at 128 (100-136 B), at 256 with 16 waves (1,460-1,560 B); piecewise
+# dK/dV the same tiles (420-444 B, 1,456-1,548 B); piecewise dQ 32x16 at 64 (20-24 B), 16x16
+# at 128 (892-1,044 B) and at 256 with 16 waves (2,440-2,864 B).  Keeping them out of
+# scratch needs kernels that read those operands from shared memory step by step.
+RDNA3_LAUNCH = {
+    **RDNA_BASE,
+    **RDNA_FP32,
+    "fwd": table((64, _wave32(128, 32)), (128, _wave32(16, 16)), (256, _wave32(16, 16, 16))),
+    "bwd_dq": table((64, _wave32(64, 16)), (128, _wave32(32, 16)), (256, _wave32(16, 16, 16))),
+    "bwd_dkdv": table((64, _wave32(32, 16)), (128, _wave32(16, 16)), (256, _wave32(16, 16, 16))),
+    "piecewise_fwd": table((64, _wave32(64, 32)), (128, _wave32(16, 16)), (256, _wave32(16, 16, 16))),
+    "piecewise_bwd_dkdv": table((64, _wave32(16, 16)), (128, _wave32(16, 16)), (256, _wave32(16, 16, 16))),
+    "piecewise_bwd_dq": table((64, _wave32(32, 16)), (128, _wave32(16, 16)), (256, _wave32(16, 16, 16))),
+}
+RDNA3 = TableSet("rdna3", RDNA3_LAUNCH, (WMMA_GFX11, WMMA_GFX12), 32, 49_152, 256,
+                 "untuned: tiles chosen by compile-only measurements, the smallest vector-register spills "
+                 "where none is possible (kernels/tables_amd.py says which)")
+
+# Richest first: a target takes the first set it can (kernels.tuning.table_set).
+AMD_SETS = (CDNA, RDNA4, RDNA3)
