@@ -208,7 +208,7 @@ def conformance(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The harness's own tests, the smoke tier of real kernel launches, and the
-    compile-only tier's quick scope for sm_80, sm_90, gfx90a and gfx942 (no GPU)."""
+    compile-only tier's quick scope for every target family (no GPU), then the guide's build."""
     install_dependencies(session, extra=TEST_REQUIREMENTS)
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-n", "auto",
                 "tests", "conformance/suite.py", "--conformance-tier", "smoke",
