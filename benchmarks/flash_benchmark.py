@@ -58,8 +58,9 @@ def parse_args(argv):
     return args
 
 
-def grid_of(args) -> dict:
-    chosen = dict(grid.QUICK if args.quick else grid.FULL)
+def grid_of(args, full: dict = grid.FULL, quick: dict = grid.QUICK) -> dict:
+    """The grid to measure: `quick` or `full`, with --seq-lens, --head-dims and --dtypes applied."""
+    chosen = dict(quick if args.quick else full)
     for key, text, convert in (("seq_lens", args.seq_lens, int), ("head_dims", args.head_dims, int),
                                ("dtypes", args.dtypes, str)):
         if text:
@@ -76,9 +77,21 @@ def _store_harness_throughput(benchmark_dir: pathlib.Path, run_dir: pathlib.Path
     return True
 
 
-def default_out_dir() -> pathlib.Path:
+def default_out_dir(kind: str = "benchmark") -> pathlib.Path:
     now = datetime.datetime.now(datetime.timezone.utc)
-    return ROOT / "reports" / "runs" / f"{now:%Y%m%d-%H%M%S}-benchmark"
+    return ROOT / "reports" / "runs" / f"{now:%Y%m%d-%H%M%S}-{kind}"
+
+
+def gpu_missing(command: str = "benchmark") -> bool:
+    """True, with the message on stderr, where torch sees no GPU (nothing can be measured)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return False
+    print(f"{command}: needs a GPU, and torch sees none (torch.cuda.is_available() is False); "
+          "nothing was measured. On a machine without a GPU, `--render DIR` re-renders a recorded run.",
+          file=sys.stderr)
+    return True
 
 
 def main(argv=None) -> int:
@@ -92,12 +105,7 @@ def main(argv=None) -> int:
         written = report.write_report(args.render)
         print("\n".join(str(path) for path in written))
         return 0
-    import torch
-
-    if not torch.cuda.is_available():
-        print("benchmark: needs a GPU, and torch sees none (torch.cuda.is_available() is False); "
-              "nothing was measured. On a machine without a GPU, `--render DIR` re-renders a recorded run.",
-              file=sys.stderr)
+    if gpu_missing():
         return EXIT_NO_GPU
     from conformance.bundled.benchmarks.run import run_benchmark
 

@@ -38,7 +38,7 @@ def panel_title(dtype: str, head_dim: int, causal: bool) -> str:
     return f"{dtype}, D={head_dim}, {'causal' if causal else 'non-causal'}"
 
 
-def _panels(lines: list[dict]) -> dict:
+def panels_of(lines: list[dict]) -> dict:
     """(dtype, head_dim, causal) -> its lines, in first-seen order."""
     panels = defaultdict(list)
     for line in lines:
@@ -96,7 +96,7 @@ def ratio_rows(lines: list[dict]) -> tuple[list[str], list[list]]:
     return ["ratio", *(f"S={seq_len}" for seq_len in seq_lens)], rows
 
 
-def _not_measured(lines: list[dict]) -> list[str]:
+def not_measured(lines: list[dict]) -> list[str]:
     """One bullet per distinct (implementation, status, reason), with the S and directions it covers."""
     groups = defaultdict(list)
     for line in lines:
@@ -105,20 +105,26 @@ def _not_measured(lines: list[dict]) -> list[str]:
     return [f"* {name} {status} ({', '.join(where)}): {reason}" for (name, status, reason), where in groups.items()]
 
 
-def _environment(env: dict) -> list[str]:
+def environment_table(env: dict) -> list[str]:
     rows = [[key, summary.format_env_value(key, env[key])] for key in _ENV_KEYS if env.get(key) is not None]
     return [markdown_table(["field", "value"], rows)]
 
 
+def repetitions_text(env: dict) -> str:
+    """How many calls were timed and how (env.json's repetition policy), for the method paragraph."""
+    reps = env.get("benchmark", {}).get("repetitions") or {}
+    return (f"{reps['min_reps']}–{reps['max_reps']} calls, as many as fit in {reps['target_ms']:g} ms, "
+            f"after a warm-up call; the implementations of a problem take turns in "
+            f"{reps.get('rounds', 1)} round(s), each turn after {reps.get('warmup_ms', 0):g} ms / rounds "
+            f"of untimed calls, so that none gains from the GPU's clock state"
+            if reps else "see env.json")
+
+
 def markdown(env: dict, lines: list[dict], plot_name: str | None) -> str:
     """benchmark.md's text."""
-    reps = env.get("benchmark", {}).get("repetitions") or {}
-    reps_text = (f"{reps['min_reps']}–{reps['max_reps']} calls, as many as fit in {reps['target_ms']:g} ms, "
-                 f"after a warm-up call; the implementations of a problem take turns in "
-                 f"{reps.get('rounds', 1)} round(s), each turn after {reps.get('warmup_ms', 0):g} ms / rounds "
-                 f"of untimed calls, so that none gains from the GPU's clock state"
-                 if reps else "see env.json")
-    out = ["# Attention benchmark: bundled Triton kernel, torch SDPA and FlexAttention", "", *_environment(env), "",
+    reps_text = repetitions_text(env)
+    out = ["# Attention benchmark: bundled Triton kernel, torch SDPA and FlexAttention", "",
+           *environment_table(env), "",
            "Method: FLOPs count the matmuls only (4·B·H·S²·D forward, halved when causal; backward 2.5× the "
            "forward); shapes B = 32k tokens / S, H = 2048 / D. Time: median of CUDA-event timed calls "
            f"({reps_text}); forward under torch.no_grad(), backward "
@@ -128,7 +134,7 @@ def markdown(env: dict, lines: list[dict], plot_name: str | None) -> str:
            "failing rather than falling back to its eager path); the bundled kernel and SDPA ran eagerly.", ""]
     if plot_name:
         out += [f"![{_PLOT_TITLE}]({plot_name})", ""]
-    for (dtype, head_dim, causal), panel in _panels(lines).items():
+    for (dtype, head_dim, causal), panel in panels_of(lines).items():
         headers, tflops_rows, memory_rows = panel_tables(panel)
         out += [f"## {panel_title(dtype, head_dim, causal)}", "", "TFLOP/s (forward / backward):", "",
                 markdown_table(headers, tflops_rows), ""]
@@ -139,7 +145,7 @@ def markdown(env: dict, lines: list[dict], plot_name: str | None) -> str:
         out += [
                 "Peak memory per call, MiB (forward / backward):", "",
                 markdown_table(headers, memory_rows), ""]
-        missing = _not_measured(panel)
+        missing = not_measured(panel)
         if missing:
             out += ["Not measured:", "", *missing, ""]
     return "\n".join(out).rstrip() + "\n"
@@ -148,7 +154,7 @@ def markdown(env: dict, lines: list[dict], plot_name: str | None) -> str:
 def terminal_table(env: dict, lines: list[dict]) -> str:
     """TFLOP/s of every panel as plain-text tables (printed at the end of a run)."""
     out = [f"{env.get('device', '?')}  torch {env.get('torch', '?')}  triton {env.get('triton', '?')}"]
-    for key, panel in _panels(lines).items():
+    for key, panel in panels_of(lines).items():
         headers, tflops_rows, _ = panel_tables(panel)
         ratio_headers, ratios = ratio_rows(panel)
         out += ["", f"{panel_title(*key)}: TFLOP/s forward / backward",
@@ -159,7 +165,7 @@ def terminal_table(env: dict, lines: list[dict]) -> str:
 def plot_series(lines: list[dict]) -> list[tuple[str, dict]]:
     """[(panel title, {(implementation, direction): [(S, TFLOP/s), ...]})] of the measured lines."""
     panels = []
-    for key, panel in _panels(lines).items():
+    for key, panel in panels_of(lines).items():
         series = defaultdict(list)
         for line in panel:
             if line["status"] == "ok":
@@ -168,12 +174,13 @@ def plot_series(lines: list[dict]) -> list[tuple[str, dict]]:
     return panels
 
 
-def write_plot(run_dir: Path, lines: list[dict]) -> Path:
-    """benchmark.svg."""
+def write_plot(run_dir: Path, lines: list[dict], palette: dict | None = None, title: str = _PLOT_TITLE) -> Path:
+    """benchmark.svg: TFLOP/s against S, one line per implementation (its colour from
+    `palette`, default COLORS; black for one not there) and direction."""
     panels = plot_series(lines)
-    colors = {name: COLORS.get(name, "#000000") for name in _implementations(lines)}
+    colors = {name: (palette or COLORS).get(name, "#000000") for name in _implementations(lines)}
     path = run_dir / "benchmark.svg"
-    path.write_text(svg.line_panels(panels, colors, DASHES, "sequence length S", "TFLOP/s", _PLOT_TITLE),
+    path.write_text(svg.line_panels(panels, colors, DASHES, "sequence length S", "TFLOP/s", title),
                     encoding="utf-8")
     return path
 

@@ -9,6 +9,7 @@ is measured: `status` "ok" (median_ms, tflops, peak_bytes, samples_ms), "skipped
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from pathlib import Path
 
@@ -26,10 +27,11 @@ _REFUSALS = ("No available kernel", "No viable backend")
 DEVICE = "cuda"  # tests run the loop on the CPU with this replaced
 
 
-def _inputs(problem: grid.Problem):
-    generator = torch.Generator(device=DEVICE).manual_seed(0)
-    return tuple(torch.randn(problem.shape, device=DEVICE, dtype=TORCH_DTYPES[problem.dtype], generator=generator)
-                 .requires_grad_() for _ in range(3))
+def inputs(shape, dtype: str, count: int = 3, seed: int = 0) -> tuple:
+    """`count` standard-normal tensors of `shape` and dtype ("fp16", ...) on DEVICE, requiring grad."""
+    generator = torch.Generator(device=DEVICE).manual_seed(seed)
+    return tuple(torch.randn(shape, device=DEVICE, dtype=TORCH_DTYPES[dtype], generator=generator).requires_grad_()
+                 for _ in range(count))
 
 
 def free_bytes() -> int:
@@ -38,7 +40,7 @@ def free_bytes() -> int:
     return torch.cuda.mem_get_info()[0]
 
 
-def _call(fn, direction: str, q, k, v, causal: bool):
+def direction_call(fn, direction: str, q, k, v, causal: bool):
     """The timed callable: an inference forward, or one backward through a recorded graph."""
     if direction == "fwd":
         def forward():
@@ -50,7 +52,8 @@ def _call(fn, direction: str, q, k, v, causal: bool):
     return lambda: torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
 
 
-def _line(name: str, problem: grid.Problem, direction: str) -> dict:
+def result_line(name: str, problem: grid.Problem, direction: str) -> dict:
+    """The results line of `name` on `problem` before it is measured (status "ok", no figures)."""
     return {"impl": name, "direction": direction, **problem.fields(), "flops": problem.flops(direction),
             "status": "ok", "reason": "", "median_ms": None, "tflops": None, "peak_bytes": None,
             "reps": None, "samples_ms": None}
@@ -71,19 +74,30 @@ def _failed(line: dict, exc: BaseException, caught: list) -> dict:
 def measure_all(names: list[str], problem: grid.Problem, direction: str, tensors, free_bytes: int,
                 policy: RepetitionPolicy) -> list[dict]:
     """One results line per implementation (see the module docstring), all timed together
-    in interleaved rounds (timing.interleaved_medians), so that none is favoured by the
-    GPU's clock state."""
-    lines, calls, torch_warnings = {}, {}, {}
+    in interleaved rounds (`measure_calls`)."""
+    lines, builders = {}, {}
     for name in names:
-        lines[name] = _line(name, problem, direction)
+        lines[name] = result_line(name, problem, direction)
         skip = implementations.skip_reason(name, problem, direction, free_bytes)
         if skip:
             lines[name] = {**lines[name], "status": "skipped", "reason": skip}
             continue
-        fn = implementations.implementation(name)
+        builders[name] = functools.partial(direction_call, implementations.implementation(name), direction,
+                                           *tensors, problem.causal)
+    lines.update(measure_calls({name: lines[name] for name in builders}, builders, policy))
+    return [lines[name] for name in names]
 
-        def first_call():  # compiles, and shows a refusal with torch's reasons attached
-            call = _call(fn, direction, *tensors, problem.causal)
+
+def measure_calls(lines: dict, builders: dict, policy: RepetitionPolicy) -> dict:
+    """name -> its results line completed: `lines[name]` (status "ok", its "flops" set) measured
+    with the call `builders[name]()` returns (e.g. `direction_call`).  Each builder runs, and its
+    call runs once, first (compilation; a refusal shows there with torch's reasons attached);
+    then all the calls are timed together in interleaved rounds (timing.interleaved_medians),
+    so that none is favoured by the GPU's clock state, and each one's peak memory taken."""
+    calls, torch_warnings = {}, {}
+    for name, build in builders.items():
+        def first_call(build=build):
+            call = build()
             call()
             return call
         try:
@@ -106,23 +120,29 @@ def measure_all(names: list[str], problem: grid.Problem, direction: str, tensors
         lines[name] = {**lines[name], "median_ms": median, "tflops": grid.tflops(lines[name]["flops"], median),
                        "peak_bytes": peak, "reps": len(samples), "samples_ms": [round(x, 5) for x in samples]}
     calls.clear()  # frees the backward graphs before the next measurement
-    return [lines[name] for name in names]
+    return lines
 
 
-def write_environment(out: Path, quick: bool, policy: RepetitionPolicy) -> dict:
+FLASH_FLOPS = "matmul FLOPs: 4·B·H·S²·D forward, halved when causal, backward 2.5x"
+
+
+def write_environment(out: Path, quick: bool, policy: RepetitionPolicy, implementations: dict | None = None,
+                      method: dict | None = None) -> dict:
+    """env.json: the conformance fingerprint, cuDNN's version and the benchmark's method
+    (`method` adds to or replaces its entries); `implementations` names what is measured
+    (default: the bundled kernel and torch's SDPA)."""
     from conformance import backends
     from conformance.running.environment import command_line, fingerprint
     from conformance.running.results import write_env
 
     profile = backends.activate()  # before the bundled kernels are imported
-    env = fingerprint(profile, tier=None, implementations={"bundled": "kernels:flash_attention",
-                                                             "sdpa": f"torch {torch.__version__}"},
-                      command=command_line())
+    measured = implementations or {"bundled": "kernels:flash_attention", "sdpa": f"torch {torch.__version__}"}
+    env = fingerprint(profile, tier=None, implementations=measured, command=command_line())
     env["cudnn"] = torch.backends.cudnn.version()
     env["benchmark"] = {"grid": "quick" if quick else "full", "repetitions": dataclasses.asdict(policy),
                         "timing": "median of CUDA-event timed calls (benchmarks/timing.py)",
                         "memory": "torch.cuda.max_memory_allocated() delta per call",
-                        "flops": "matmul FLOPs: 4·B·H·S²·D forward, halved when causal, backward 2.5x"}
+                        "flops": FLASH_FLOPS, **(method or {})}
     write_env(out, env)
     return env
 
@@ -139,18 +159,19 @@ def run_benchmark(out: Path, problems: list[grid.Problem], names: list[str], qui
     started = time.perf_counter()
     with open(path, "w", encoding="utf-8") as handle:
         for problem in problems:
-            tensors = _inputs(problem)
+            tensors = inputs(problem.shape, problem.dtype)
             free = free_bytes()
             for direction in grid.DIRECTIONS:
                 for line in measure_all(names, problem, direction, tensors, free, policy):
                     handle.write(to_json(line) + "\n")
                     handle.flush()
-                    print(_progress(line, time.perf_counter() - started), flush=True)
+                    print(progress(line, time.perf_counter() - started), flush=True)
             del tensors
     return path
 
 
-def _progress(line: dict, elapsed: float) -> str:
+def progress(line: dict, elapsed: float) -> str:
+    """One measured line as the run prints it."""
     what = (f"[{elapsed:6.1f}s] {line['impl']:14s} {line['direction']} {line['dtype']} d{line['head_dim']} "
             f"{'causal' if line['causal'] else 'full  '} S={line['seq_len']:<6d}")
     if line["status"] != "ok":
