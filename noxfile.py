@@ -259,6 +259,18 @@ def benchmark(session: nox.Session) -> None:
 
 
 @nox.session
+def benchmark_variants(session: nox.Session) -> None:
+    """The attention variants (sliding window, varlen, softcap, ALiBi) of the bundled kernels against
+    FlexAttention and the dense kernel, each target of issue 33 checked (needs a GPU).
+
+    Writes reports/runs/<time>-variants/ (benchmark.jsonl, env.json, benchmark.md, benchmark.svg).
+    Extra arguments go to benchmarks/variants_benchmark.py, e.g. `nox -s benchmark_variants -- --quick`.
+    """
+    install_dependencies(session, gpu=True)
+    session.run("python", "benchmarks/variants_benchmark.py", *session.posargs)
+
+
+@nox.session
 def harness_speed(session: nox.Session) -> None:
     """The harness's own speed: the default tier (smoke on the interpreter, standard on a GPU)
     timed, its cases per second appended to reports/runs/harness-speed/harness_speed.md

@@ -43,6 +43,8 @@ COMMANDS = (
             "one Triton release of the nightly matrix (what `nox -s matrix` runs)"),
     Command("python benchmarks/flash_benchmark.py", "benchmarks.flash_benchmark:build_parser",
             "TFLOP/s and memory next to torch SDPA and FlexAttention (`nox -s benchmark`)"),
+    Command("python benchmarks/variants_benchmark.py", "benchmarks.variants_benchmark:build_parser",
+            "the attention variants against FlexAttention and the dense kernel (`nox -s benchmark_variants`)"),
     Command("python benchmarks/harness_speed.py", "benchmarks.harness_speed:build_parser",
             "the harness's own cases per second (`nox -s harness_speed`)"),
     Command("python benchmarks/tune_launch.py", "benchmarks.tune_launch:build_parser",
