@@ -11,6 +11,9 @@
                     tf32_undeclared: the same.
 * bundled_lse_plus_inf -- the bundled Triton kernel writing +inf on empty rows, declared;
                     bundled_lse_plus_inf_undeclared: the same (the H100 run).
+
+None forwards FlashAttention-2's variants: each declares window, softcap, alibi and varlen
+false (tests.fake_kernels.without_variants).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import math
 import torch
 
 from conformance.bundled.reference.tf32 import round_to_tf32
-from tests.fake_kernels import _attention64, exact
+from tests.fake_kernels import _attention64, exact, without_variants
 
 
 def _plus_inf_lse(q, k, v, causal=False, sm_scale=None, return_log_normalizer=False):
@@ -109,3 +112,8 @@ def _bundled_plus_inf(q, k, v, causal, sm_scale, return_log_normalizer):
         return result
     out, lse = result[0], result[1]
     return out, lse.masked_fill(lse == -math.inf, math.inf)
+
+
+for _double in (lse_plus_inf, lse_plus_inf_undeclared, lse_zero, top_left, tf32, tf32_undeclared,
+                bundled_lse_plus_inf, bundled_lse_plus_inf_undeclared):
+    _double.capabilities = without_variants(getattr(_double, "capabilities", None))

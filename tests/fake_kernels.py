@@ -13,6 +13,10 @@ Each has the bundled operator's signature and is selected with
 * causal_top_left -- the causal mask aligned top-left: wrong whenever Sq != Sk.
 * nondeterministic -- `exact` with the last bit of one output element flipped on
   every second call: within the bound, but two launches differ.
+
+None of them has FlashAttention-2's variants (no window_size, softcap or alibi_slopes
+argument, no packed batches): each declares so (`without_variants`), so that such cases are
+`unsupported` with that reason instead of an `error` for an unexpected keyword argument.
 """
 
 from __future__ import annotations
@@ -21,6 +25,19 @@ import itertools
 import math
 
 import torch
+
+
+VARIANT_KEYS = ("window", "softcap", "alibi", "varlen")
+NO_VARIANTS_REASON = ("a test double without FlashAttention-2's variants (no window_size, softcap or "
+                      "alibi_slopes argument, no packed batches)")
+
+
+def without_variants(declared: dict | None = None) -> dict:
+    """`declared` (a capabilities mapping) plus window, softcap, alibi and varlen = false, each
+    with NO_VARIANTS_REASON."""
+    declared = dict(declared or {})
+    reasons = {**{key: NO_VARIANTS_REASON for key in VARIANT_KEYS}, **declared.get("reasons", {})}
+    return {**declared, **{key: False for key in VARIANT_KEYS}, "reasons": reasons}
 
 
 def _attention64(q, k, v, causal, sm_scale, diagonal=None):
@@ -137,3 +154,8 @@ def wrong_shape(q, k, v, causal=False, sm_scale=None, return_log_normalizer=Fals
 
 
 not_a_function = 42
+
+
+for _double in (exact, scale_off, raises, nan, nan_to_zero, crashes, segfaults_if_causal, hangs_if_causal,
+                causal_top_left, nondeterministic, one_extra_too_many, wrong_shape):
+    _double.capabilities = without_variants()

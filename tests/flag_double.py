@@ -74,12 +74,15 @@ def flash_attention(q, k, v, causal=False, sm_scale=None, dropout_p=0.0,
     return out, lse, total, seed if give_rng else None, offset if give_rng else None
 
 
+NO_VARIANTS = "FlagAttention's flash_attention has no window_size, softcap or alibi_slopes and no varlen form"
 flash_attention.capabilities = {
     "dtypes": ["fp16", "bf16", "fp32"],
     "head_dims": list(HEAD_DIMS),
+    "window": False, "softcap": False, "alibi": False, "varlen": False,
     "reasons": {
         "dtypes": "FlagAttention takes fp16, bf16 and fp32; no fp8",
         "head_dims": "FlagAttention's flash kernel asserts head_dim in (16, 32, 64, 128)",
+        **{key: NO_VARIANTS for key in ("window", "softcap", "alibi", "varlen")},
     },
 }
 

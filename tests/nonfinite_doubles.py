@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from tests.fake_kernels import exact
+from tests.fake_kernels import exact, without_variants
 
 EVERY = slice(None)
 
@@ -23,6 +23,7 @@ def _inf_in(batches=EVERY, heads=EVERY, rows=EVERY, columns=EVERY):
         out[batches, heads, rows, columns] = math.inf
         return result
 
+    kernel.capabilities = without_variants()
     return kernel
 
 
@@ -45,3 +46,6 @@ def two_regions_apart(q, k, v, causal=False, sm_scale=None, return_log_normalize
     out[0, 0, 0:32] = math.inf
     out[0, 1, 480:512] = math.inf
     return out
+
+
+two_regions_apart.capabilities = without_variants()

@@ -96,7 +96,7 @@ def test_wrong_returns_are_that_cases_error(tmp_path, fake, case_id, words):
     (["--kernel", "flash_attention=tests.fake_kernels:missing"], "has no attribute 'missing'"),
     (["--kernel", "flash_attention=tests.fake_kernels:not_a_function"], "is a int, not a callable"),
     (["--kernel", "flash_attention=sdpa:fast"], "unknown SDPA backend 'fast' (known: sdpa:flash, sdpa:cudnn"),
-    (["--kernel", "piecewise_attention=sdpa:math"], "sdpa:math implements flash_attention only"),
+    (["--kernel", "piecewise_attention=sdpa:math"], "sdpa:math implements flash_attention and flash_attention_varlen only"),
     (["--dropout-mask", "tests.fake_kernels:missing"], "argument --dropout-mask: cannot load"),
     (["--dropout-mask", "piecewise_attention=tests.fake_kernels:exact"], "piecewise_attention has no dropout"),
 ])
