@@ -13,6 +13,8 @@ _VISIBLE_CAUSAL = "mask = mask & (cols[None, :] <= rows[:, None] + (seq_k - seq_
 _FORWARD = "flash_forward.py"
 _BACKWARD = "flash_backward.py"
 _PIECEWISE_FORWARD = "piecewise_forward.py"
+_BANDS = "bands.py"
+_SCORES = "scores.py"
 # The online softmax's initial running max, in each forward kernel.  Its running sum (and
 # accumulator) need no mutants: whatever they start at, the first key tile multiplies by
 # rescale = exp2(-inf - max) = 0 (an empty row keeps out 0 and lse -inf either way), so a
@@ -155,6 +157,39 @@ MUTANTS: tuple[Mutant, ...] = (
                  "shape=[n_rows, n_cols], strides=[n_cols, 1],"),),
            interpreter_unreachable="the interpreter's launch tables stream tiles through pointers, "
                                    "not descriptors"),
+    # ---- faults of FlashAttention-2's variants (issue 33): each edits a path that only its
+    # variant's kernels compile (WINDOW, SOFTCAP, ALIBI, VARLEN), so plain cases pass for it
+    Mutant("window_left_edge_hidden",
+           "sliding window off by one on the left: the key at distance left from the diagonal "
+           "(j = i + Sk - Sq - left, the band's first key) is hidden (> instead of >=)",
+           (Edit(_BANDS, "(cols[None, :] >= diagonal - window_left)",
+                 "(cols[None, :] > diagonal - window_left)"),)),
+    Mutant("window_right_edge_past",
+           "sliding window off by one on the right: the key one past the band's last "
+           "(j = i + Sk - Sq + right + 1) is visible (an exclusive bound compared inclusively)",
+           (Edit(_BANDS, "(cols[None, :] <= diagonal + window_right)",
+                 "(cols[None, :] <= diagonal + window_right + 1)"),)),
+    Mutant("window_first_tile_rounded_up",
+           "sliding window tile bounds: the key loop's first tile rounded up instead of down "
+           "(forward and dQ skip the band's keys before the next tile border)",
+           (Edit(_BANDS, "first = (tl.maximum(row_start + offset - window_left, 0) // BLOCK_N) * BLOCK_N",
+                 "first = tl.cdiv(tl.maximum(row_start + offset - window_left, 0), BLOCK_N) * BLOCK_N"),)),
+    Mutant("softcap_backward_no_slope",
+           "softcap backward misses the cap's derivative: dS not multiplied by 1 - tanh^2(s / c)",
+           (Edit(_SCORES, "ds = ds * cap_slope", "ds = ds"),)),
+    Mutant("alibi_top_left",
+           "ALiBi distance aligned top-left: bias from |i - j| instead of |i + Sk - Sq - j| "
+           "(wrong only when Sq != Sk)",
+           (Edit(_SCORES, "distance = tl.abs(rows[:, None] + (seq_k - seq_q) - cols[None, :])",
+                 "distance = tl.abs(rows[:, None] - cols[None, :])"),)),
+    Mutant("alibi_bias_added",
+           "ALiBi sign: the bias slope * distance is added to the scores instead of subtracted",
+           (Edit(_SCORES, "return slope * distance.to(tl.float32)", "return -slope * distance.to(tl.float32)"),)),
+    Mutant("varlen_keys_of_next_sequence",
+           "varlen: the forward reads sequence b's keys from its neighbour's offset cu_seqlens_k[b + 1] "
+           "(values and lengths from its own; the last sequence reads past the end of k)",
+           (Edit(_FORWARD, "K = at_token(K, k_start, stride_kn)",
+                 "K = at_token(K, tl.load(CU_SEQLENS_K + batch + 1), stride_kn)"),)),
     # ---- robustness fixtures (not counted, never run by the kill table)
     Mutant("crash",
            "out-of-bounds read 2^40 elements past K when Sk == 1: an illegal memory access on a GPU, "

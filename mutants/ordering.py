@@ -3,7 +3,8 @@
 A fault usually shows only where two things meet -- total attention *and* a
 batch of two, GQA *and* more than one kv head, a causal mask *and* Sq > Sk.
 So each next case is the one that covers the most not-yet-covered pairs of
-traits (below) per unit of estimated cost: within a few cases every feature has
+traits (below; FlashAttention-2's variants among them: window, softcap, ALiBi,
+varlen lengths) per unit of estimated cost: within a few cases every feature has
 met every other at least once, cheaply.  Cases that add no new pair follow,
 cheapest first.  The order is deterministic.
 """
@@ -33,6 +34,10 @@ def traits(case: Case) -> dict:
         "ragged": case.seq_q % _TILE != 0 or case.seq_k % _TILE != 0,
         "single": case.seq_q == 1 or case.seq_k == 1,
         "values": (case.values or "normal").partition(":")[0],  # the input distribution's kind
+        # FlashAttention-2's variants: a sliding window, a soft cap, ALiBi slopes (H,) or (B, H),
+        # a varlen case's length pattern (None for a dense case)
+        "window": case.window is not None, "softcap": bool(case.softcap), "alibi": case.alibi,
+        "lens": case.lens,
     }
 
 

@@ -1,9 +1,12 @@
 """The CI kill check: the smoke tier kills every mutant the interpreter can show, by
 the rule (fail or nonfinite, not by an error); and the fixtures behave as named.
 
-Cost on a 2-core machine: about 20 s for the kill check (two hunters, each mutant
+The mutants of FlashAttention-2's variants edit code that only their variant's kernels
+compile: each must be killed by a case of its variant, and pass plain attention.
+
+Cost on a 2-core machine: about 35 s for the kill check (two hunters, each mutant
 stopped at its first killing case; once per test session, whichever pytest-xdist worker
-gets there first), about 10 s for the rest."""
+gets there first), about 20 s for the rest."""
 
 import json
 import os
@@ -16,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conformance import backends
+from conformance.cases.catalog import Case
 from conformance.cases.tiers import cases
 from conformance.judging import verdicts
 from conformance.running.implementations import Implementations
@@ -32,6 +36,16 @@ HUNTERS = 2
 # the same call on the good shape took in the same process, and at least HANG_SECONDS.
 HANG_FACTOR = 10
 HANG_SECONDS = 2.0
+
+
+# mutant -> the Case field of the variant it breaks (window, softcap, alibi, lens)
+VARIANT_MUTANTS = {
+    "window_left_edge_hidden": "window", "window_right_edge_past": "window",
+    "window_first_tile_rounded_up": "window", "softcap_backward_no_slope": "softcap",
+    "alibi_top_left": "alibi", "alibi_bias_added": "alibi", "varlen_keys_of_next_sequence": "lens",
+}
+# Plain attention through the forward and both backward kernels: causal, ragged, Sq != Sk.
+PLAIN_CASE = "flash_attention.bwd[fp16,d64,causal,B1,H2,Hkv2,Sq77,Sk133,seed0]"
 
 
 def _hunt(folder):
@@ -53,6 +67,17 @@ def test_smoke_tier_kills_the_mutant_by_the_rule(smoke_hunts, name):
     kill = line["kills"][0]
     assert kill["verdict"] in (verdicts.FAIL, verdicts.NONFINITE), kill
     assert kill["tensors"], kill  # the tensors that gave it away are named
+
+
+@pytest.mark.parametrize("name", VARIANT_MUTANTS)
+def test_a_variant_mutant_is_killed_by_its_variant_and_passes_plain_attention(smoke_hunts, name):
+    feature = VARIANT_MUTANTS[name]
+    killer = Case.from_id(smoke_hunts[name]["kills"][0]["case"])
+    assert getattr(killer, feature), (name, killer.id)
+    case = Case.from_id(PLAIN_CASE)
+    assert case in cases("smoke") and not any(getattr(case, f) for f in set(VARIANT_MUTANTS.values()))
+    line = run_case(case, backends.active_profile(), Implementations.from_specs(kernel_specs(name)))
+    assert line["verdict"] == verdicts.PASS, (name, line["reason"])
 
 
 def _gqa_backward_smoke_cases():

@@ -6,13 +6,13 @@ import re
 
 import pytest
 
-from conformance.cases.catalog import Case
+from conformance.cases.catalog import OPS, Case
 from conformance.judging import verdicts
 from conformance.bundled.mutants import BY_NAME, COUNTED, MUTANTS, Edit, Mutant, PatternError
 from conformance.bundled.mutants import kill, registry
 from conformance.bundled.mutants.cli import main
 from conformance.bundled.mutants.kill import exit_status, tier_ladder
-from conformance.bundled.mutants.ordering import coverage_order
+from conformance.bundled.mutants.ordering import coverage_order, trait_pairs, traits
 from conformance.bundled.mutants.report import markdown, read_mutant_lines, terminal, mutants_writer
 from conformance.bundled.mutants.transform import (KERNELS_PACKAGE, kernel_sources, load, materialise,
                                                  mutated_sources, rename_imports)
@@ -105,6 +105,28 @@ def test_registry_gives_the_mutant_operator_with_its_dropout_mask():
         registry.flash_attention_no_such_mutant
 
 
+def test_registry_judges_a_mutant_through_every_operator_varlen_included():
+    """`python -m mutants` passes one --kernel per operator; each name resolves exactly, so the
+    varlen mutant's flash_attention (named flash_attention_varlen_keys_of_next_sequence) is not
+    taken for the varlen operator of a mutant `keys_of_next_sequence`, nor the other way round."""
+    name = "varlen_keys_of_next_sequence"
+    package = load(BY_NAME[name])
+    assert [spec.partition("=")[0] for spec in registry.kernel_specs(name)] == list(OPS)
+    assert "flash_attention_varlen" in OPS
+    assert registry.flash_attention_varlen_varlen_keys_of_next_sequence is package.flash_attention_varlen
+    assert registry.flash_attention_varlen_keys_of_next_sequence is package.flash_attention
+    assert registry.flash_attention_varlen_lse_log2 is load(BY_NAME["lse_log2"]).flash_attention_varlen
+
+
+def test_registry_refuses_two_mutants_that_would_share_an_attribute_name(monkeypatch):
+    fault = (Edit("a.py", "x", "y"),)
+    with monkeypatch.context() as patch:
+        patch.setattr(registry, "BY_NAME", {"x": Mutant("x", "f", fault), "varlen_x": Mutant("varlen_x", "f", fault)})
+        with pytest.raises(ValueError, match="flash_attention_varlen_x names both"):
+            registry.flash_attention_x
+    assert len(registry._attributes()) == len(OPS) * len(MUTANTS)  # the real ones are all distinct
+
+
 def _case(**fields) -> Case:
     base = dict(op="flash_attention", direction="fwd", dtype="fp16", head_dim=32, causal=False,
                 batch=1, heads=2, kv_heads=2, seq_q=64, seq_k=64)
@@ -117,6 +139,19 @@ def test_coverage_order_tries_new_trait_pairs_before_repeats_and_cheap_before_de
     new = _case(causal=True, batch=2, seq_q=128, seq_k=128)
     assert coverage_order([repeat, new, cheap]) == [cheap, new, repeat]
     assert coverage_order([new, cheap, repeat]) == [cheap, new, repeat]
+
+
+def test_the_variants_are_traits_of_the_coverage_order():
+    """A window, a soft cap, ALiBi and a varlen length pattern each bring pairs of their own,
+    so the order reaches a variant case before a costlier repeat of traits already seen."""
+    plain, repeat = _case(), _case(seq_q=128, seq_k=128)
+    variants = [_case(window=(8, 0)), _case(softcap=30.0), _case(alibi="h"), _case(alibi="bh"),
+                _case(op="flash_attention_varlen", lens="mixed", batch=4)]
+    assert {name: traits(plain)[name] for name in ("window", "softcap", "alibi", "lens")} == {
+        "window": False, "softcap": False, "alibi": None, "lens": None}
+    for variant in variants:
+        assert trait_pairs(variant) - trait_pairs(plain), variant
+        assert coverage_order([repeat, plain, variant]) == [plain, variant, repeat]
 
 
 def test_tier_ladder_climbs_from_smoke():
