@@ -81,23 +81,17 @@ def compiled_flex():
     return _COMPILED_FLEX[0]
 
 
-def causal_mask_mod(seq_q: int, seq_k: int):
-    """FlexAttention's mask_mod of the bundled kernel's causal mask: bottom-right aligned,
-    key j visible to query i iff j <= i + Sk - Sq."""
-    def bottom_right(batch, head, q_idx, kv_idx):
-        return kv_idx <= q_idx + (seq_k - seq_q)
-    return bottom_right
-
-
 def flex():
     """FlexAttention, compiled (module doc); block masks cached per (Sq, Sk)."""
     from torch.nn.attention.flex_attention import create_block_mask
+
+    from conformance.peers.flex import bottom_right_causal  # the FlexAttention peer's causal mask
 
     compiled, masks = compiled_flex(), {}
 
     def causal_mask(seq_q: int, seq_k: int, device):
         if (seq_q, seq_k) not in masks:
-            masks[(seq_q, seq_k)] = create_block_mask(causal_mask_mod(seq_q, seq_k), None, None, seq_q, seq_k,
+            masks[(seq_q, seq_k)] = create_block_mask(bottom_right_causal(seq_q, seq_k), None, None, seq_q, seq_k,
                                                       device=device)
         return masks[(seq_q, seq_k)]
 

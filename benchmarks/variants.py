@@ -33,6 +33,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 from conformance.bundled.benchmarks import grid, implementations
+from conformance.cases.variants import standard_alibi_slopes
+from conformance.peers import flex as flex_peer
+from conformance.peers import masks
 
 WINDOWS = (1024, 4096)
 SOFTCAP = 30.0
@@ -108,8 +111,8 @@ def varlen_lengths(seq_len: int, tokens: int = grid.TOKENS, seed: int = 0) -> li
 
 
 def alibi_slopes(heads: int) -> list[float]:
-    """The standard ALiBi slopes 2^(-8(h+1)/H), h = 0 ... H-1 (Press et al., H a power of two)."""
-    return [2.0 ** (-8.0 * (head + 1) / heads) for head in range(heads)]
+    """The standard ALiBi slopes 2^(-8(h+1)/H), h = 0 ... H-1: the catalog's own."""
+    return standard_alibi_slopes(heads)
 
 
 def entry_pairs(entry: Entry, problem: grid.Problem, lengths: list[int] | None = None) -> int:
@@ -208,27 +211,23 @@ class Plan:
 # ----------------------------------------------------------------------------- implementations
 
 def window_mask_mod(seq_q: int, seq_k: int, left: int):
-    """FlexAttention's mask_mod of a causal sliding window (left, 0), bottom-right aligned."""
-    offset = seq_k - seq_q
-
-    def sliding_window(batch, head, q_idx, kv_idx):
-        return (kv_idx <= q_idx + offset) & (q_idx + offset - kv_idx <= left)
-    return sliding_window
+    """FlexAttention's mask_mod of a causal sliding window (left, 0), bottom-right aligned: the
+    FlexAttention peer's own (conformance.peers.flex), so the benchmark times what the harness judges."""
+    return flex_peer.dense_mask_mod(seq_q, seq_k, True, (left, 0))
 
 
 def softcap_score_mod(cap: float):
-    """FlexAttention's score_mod of a soft cap on the scaled score: c·tanh(s/c)."""
-    def softcap(score, batch, head, q_idx, kv_idx):
-        return cap * torch.tanh(score / cap)
-    return softcap
+    """FlexAttention's score_mod of a soft cap on the scaled score, c·tanh(s/c): the peer's."""
+    return flex_peer.dense_score_mod(0, 0, cap, None)
 
 
 def alibi_score_mod(slopes, seq_q: int, seq_k: int):
-    """FlexAttention's score_mod of ALiBi: s - slope_h·|i + Sk - Sq - j|."""
+    """FlexAttention's score_mod of ALiBi with per-head slopes (H,), s - slope_h·|i + Sk - Sq - j|,
+    on the peers' ALiBi bias (conformance.peers.masks)."""
     offset = seq_k - seq_q
 
     def alibi(score, batch, head, q_idx, kv_idx):
-        return score - slopes[head] * (q_idx + offset - kv_idx).abs()
+        return score + masks.alibi_bias(slopes[head], q_idx + offset, kv_idx)
     return alibi
 
 
@@ -260,7 +259,7 @@ def flex_function(entry: Entry, seq_len: int, device, slopes=None, attention=Non
     if entry.variant == "window":
         mask_mod, score_mod = window_mask_mod(seq_len, seq_len, int(entry.param)), None
     else:
-        mask_mod = implementations.causal_mask_mod(seq_len, seq_len)
+        mask_mod = flex_peer.bottom_right_causal(seq_len, seq_len)
         score_mod = (softcap_score_mod(float(entry.param)) if entry.variant == "softcap"
                      else alibi_score_mod(slopes, seq_len, seq_len))
     block_mask = create_block_mask(mask_mod, None, None, seq_len, seq_len, device=device)

@@ -110,13 +110,18 @@ def has_unequal_lengths(case) -> bool:
     return any(sq != sk for sq, sk in zip(*sequence_lengths(case)))
 
 
+def standard_alibi_slopes(heads: int) -> list[float]:
+    """The standard geometric ALiBi slopes 2^(-8 (h + 1) / H) of heads h = 0 ... H-1 (Press et al.)."""
+    return [2.0 ** (-8.0 * (head + 1) / heads) for head in range(heads)]
+
+
 def alibi_slope_values(case) -> list[list[float]]:
     """The case's ALiBi slopes as (batch, heads) rows of floats: the standard geometric
     slopes 2^(-8 (h + 1) / H) of head h; per batch (`alibi == "bh"`) each sequence b has them
     rotated by b heads, so a kernel that reads slope[h] instead of slope[b, h] is wrong for
     every b > 0 while the slopes keep their realistic range."""
     heads = case.heads
-    base = [2.0 ** (-8.0 * (head + 1) / heads) for head in range(heads)]
+    base = standard_alibi_slopes(heads)
     if case.alibi == "bh":
         return [[base[(head + b) % heads] for head in range(heads)] for b in range(case.batch)]
     return [base]
