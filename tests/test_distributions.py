@@ -122,7 +122,9 @@ def test_an_input_without_a_role_is_refused_not_left_alone():
 def test_every_operator_meets_the_adversarial_distributions(tier, specs):
     for op in OPERATORS:
         shaped = [case for case in cases(tier) if case.op == op and case.values is not None]
-        assert {case.values for case in shaped} >= specs, op  # more: softcap at large logits (issue 33)
+        assert {case.values for case in shaped if not case.softcap} == specs, op
+        # softcap is judged where it bites: large logits (issue 33), in smoke too
+        assert {case.values for case in shaped if case.softcap} <= {DOMINANT}, op
         assert {case.direction for case in shaped if case.values == NEGATIVE} == {"fwd", "bwd"}, op
 
 
