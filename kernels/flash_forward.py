@@ -167,8 +167,9 @@ def flash_forward_kernel(
         out = out * keep_scale
     if VARLEN:
         # Read again rather than kept live through the key loop, whose D = 128 tiles take
-        # every register: holding the moved O pointer across it made the forward 17 % slower
-        # than the dense one on an H100 (bf16, 4 x 8192 causal), reading it here 11 %.
+        # every register: one pointer fewer to hold across it. (Measured faster on an H100 in an
+        # unpublished development run; the published varlen figures are those of
+        # reports/h100-sm90/variants/benchmark/.)
         q_start = tl.load(CU_SEQLENS_Q + batch)
         O = at_token(O, q_start, stride_om)
     o_base = O + head_offset(batch, head, stride_ob, stride_oh)
