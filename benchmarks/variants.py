@@ -30,10 +30,8 @@ import itertools
 import random
 from dataclasses import asdict, dataclass
 
-import torch
-
 from conformance.bundled.benchmarks import grid, implementations
-from conformance.cases.variants import standard_alibi_slopes
+from conformance.cases.variants import standard_alibi_slopes, visible_keys
 from conformance.peers import flex as flex_peer
 from conformance.peers import masks
 
@@ -72,16 +70,10 @@ class Entry:
 def visible_pairs(seq_q: int, seq_k: int, causal: bool = False, window: tuple[int, int] | None = None) -> int:
     """(i, j) pairs one sequence's queries see, per head: FlashAttention-2's bottom-right
     aligned window (left, right) -- query i sees key j iff i + Sk - Sq - left <= j <=
-    i + Sk - Sq + right, -1 unbounded -- with causal meaning right = 0 (kernels.problem)."""
-    left, right = (-1, -1) if window is None else window
-    if causal:
-        right = 0
-    offset, total = seq_k - seq_q, 0
-    for row in range(seq_q):
-        first = 0 if left < 0 else max(0, row + offset - left)
-        last = seq_k - 1 if right < 0 else min(seq_k - 1, row + offset + right)
-        total += max(0, last - first + 1)
-    return total
+    i + Sk - Sq + right, -1 unbounded -- with causal meaning right = 0: the catalog's rule
+    (conformance.cases.variants.visible_keys), row by row."""
+    spans = (visible_keys(row, seq_q, seq_k, causal, window) for row in range(seq_q))
+    return sum(max(0, last - first + 1) for first, last in spans)
 
 
 def band_fraction(seq_len: int, left: int) -> float:

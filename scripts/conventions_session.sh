@@ -18,13 +18,8 @@ OUT=${OUT:-/tmp/out}
 RUNS=reports/runs/conventions
 mkdir -p "$RUNS" "$OUT"
 
-source scripts/steps.sh  # step NAME COMMAND...
+source scripts/steps.sh  # step / packed_step NAME COMMAND..., pack_runs
 STEP_TIMEOUT=500
-
-packed_step() {  # a step, then every run folder packed: a call cut off later keeps them
-  step "$@"
-  tar czf "$OUT/conventions.tgz" -C reports/runs conventions
-}
 
 lse_cases() {
   python -c "
@@ -54,5 +49,5 @@ print('\n'.join('--case=' + case.id for case in cases('standard') if case.op == 
     *) echo "unknown step $name" | tee -a "$RUNS/steps.log" ;;
   esac
 done
-tar czf "$OUT/conventions.tgz" -C reports/runs conventions
+pack_runs
 cat "$RUNS/steps.log"

@@ -9,3 +9,11 @@ step() {
   timeout "${STEP_TIMEOUT:-560}" "$@" > "$RUNS/$name.log" 2>&1
   echo "== $name: exit $? after $((SECONDS - started)) s" | tee -a "$RUNS/steps.log"
 }
+
+# `packed_step NAME COMMAND...`: a step, then $RUNS packed into $OUT/<its folder name>.tgz, so a
+# device call cut off later still brings back every run folder finished so far.
+pack_runs() { tar czf "$OUT/$(basename "$RUNS").tgz" -C "$(dirname "$RUNS")" "$(basename "$RUNS")"; }
+packed_step() {
+  step "$@"
+  pack_runs
+}

@@ -18,14 +18,9 @@ OUT=${OUT:-/tmp/out}
 RUNS=reports/runs/variants
 mkdir -p "$RUNS" "$OUT"
 
-source scripts/steps.sh  # step NAME COMMAND...
+source scripts/steps.sh  # step / packed_step NAME COMMAND..., pack_runs
 STEP_TIMEOUT=${STEP_TIMEOUT:-500}
 TARGETS=sm_80,sm_90,sm_100,sm_120,gfx90a,gfx942,gfx950,gfx1100,gfx1201
-
-packed_step() {  # a step, then every run folder packed: a call cut off later keeps them
-  step "$@"
-  tar czf "$OUT/variants.tgz" -C reports/runs variants
-}
 
 variant_cases() {  # TIER [long]: --case=ID for each case of TIER using a variant (long: not in standard)
   python -c "
@@ -55,5 +50,5 @@ for name in "$@"; do
     *) echo "unknown step $name" | tee -a "$RUNS/steps.log" ;;
   esac
 done
-tar czf "$OUT/variants.tgz" -C reports/runs variants
+pack_runs
 cat "$RUNS/steps.log"
