@@ -51,11 +51,13 @@ from .blocks import (
     narrow,
     off_band_end,
     program_coordinates,
+    raw_scores,
     softmax_gradient,
     store_tile,
     tile_source,
     value_gradient,
 )
+from .head_slices import kept_operand, sliced_products
 from .scores import head_slope, probabilities, through_softcap
 from .sequences import at_token, row_stats, sequence_span, streamed_rows
 
@@ -91,15 +93,17 @@ def delta_kernel(
 @triton.jit
 def dkdv_over_rows(dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols, dims, col_start,
                    row_first, row_stop, stride_qm, stride_qd, stride_dom, stride_dod,
+                   stride_kn, stride_kd, stride_vn, stride_vd,
                    seq_q, seq_k, head_dim, sm_scale, seed_lo, seed_hi, drop_threshold, keep_scale,
                    batch_head, window_left, window_right, softcap, alibi_slope,
                    CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
                    DROPOUT: tl.constexpr, MASKED: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
-                   DESCRIPTORS: tl.constexpr, INTERPRETED: tl.constexpr):
+                   DESCRIPTORS: tl.constexpr, INTERPRETED: tl.constexpr, HEAD_CHUNK: tl.constexpr):
     """Add the query tiles [row_first, row_stop) of one head to the fp32 dK, dV of a key
     tile: returns (dk, dv).  MASKED=False: every pair visible and every row inside seq_q
-    (no mask, no bound check on the rows)."""
+    (no mask, no bound check on the rows).  k and v are the key tile's K and V, or
+    (HEAD_CHUNK) their base pointers (kernels.head_slices)."""
     for row_start in tl.range(row_first, row_stop, BLOCK_M, num_stages=STAGES):
         rows = row_start + tl.arange(0, BLOCK_M)
         query_rows = seq_q if MASKED else None  # None: no bound check (blocks.below)
@@ -108,9 +112,17 @@ def dkdv_over_rows(dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols
         lse = load_row_stat(lse_base, rows, query_rows, float("-inf"))
         delta = load_row_stat(delta_base, rows, query_rows, 0.0)
 
-        p, cap_slope = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, window_left, window_right,
-                                     softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI, MASKED, INTERPRETED)
-        dp = value_gradient(do, v, INTERPRETED)
+        if HEAD_CHUNK:
+            block_d: tl.constexpr = dims.shape[0]
+            raw = sliced_products(q_source, rows, stride_qm, stride_qd, query_rows, k, cols, stride_kn, stride_kd,
+                                  seq_k, head_dim, block_d, HEAD_CHUNK, INTERPRETED)
+            dp = sliced_products(do_source, rows, stride_dom, stride_dod, query_rows, v, cols, stride_vn, stride_vd,
+                                 seq_k, head_dim, block_d, HEAD_CHUNK, INTERPRETED)
+        else:
+            raw = raw_scores(q, k, INTERPRETED)
+            dp = value_gradient(do, v, INTERPRETED)
+        p, cap_slope = probabilities(raw, lse, rows, cols, seq_q, seq_k, sm_scale, window_left, window_right,
+                                     softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI, MASKED)
         p_used = p  # the weights as they multiplied V in the forward
         if DROPOUT:
             keep = dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, col_start, BLOCK_N)
@@ -144,7 +156,7 @@ def dkdv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     STAGES: tl.constexpr, DESCRIPTORS: tl.constexpr, INTERPRETED: tl.constexpr,
     VARLEN: tl.constexpr = False, WINDOW: tl.constexpr = False,
-    SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
+    SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, HEAD_CHUNK: tl.constexpr = 0,
 ):
     block_n, _, batch, kv_head, _ = program_coordinates(num_kv_heads, 1, first_batch_head)
     col_start = block_n * BLOCK_N
@@ -162,8 +174,10 @@ def dkdv_kernel(
         DV = at_token(DV, k_start, stride_dvn)
     cols = col_start + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
-    k = load_head_tile(K, batch, kv_head, stride_kb, stride_kh, cols, dims, stride_kn, stride_kd, seq_k, head_dim)
-    v = load_head_tile(V, batch, kv_head, stride_vb, stride_vh, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
+    k = kept_operand(K + head_offset(batch, kv_head, stride_kb, stride_kh), cols, dims, stride_kn, stride_kd,
+                     seq_k, head_dim, HEAD_CHUNK)
+    v = kept_operand(V + head_offset(batch, kv_head, stride_vb, stride_vh), cols, dims, stride_vn, stride_vd,
+                     seq_k, head_dim, HEAD_CHUNK)
     dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
 
@@ -193,21 +207,24 @@ def dkdv_kernel(
         dk, dv = dkdv_over_rows(
             dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols, dims, col_start,
             query_start, tl.minimum(unmasked_start, seq_q), stride_qm, stride_qd, stride_dom, stride_dod,
+            stride_kn, stride_kd, stride_vn, stride_vd,
             seq_q, seq_k, head_dim, sm_scale, seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
             window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
-            DROPOUT, True, BLOCK_M, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED)
+            DROPOUT, True, BLOCK_M, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
         dk, dv = dkdv_over_rows(
             dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols, dims, col_start,
             unmasked_start, full_rows_end, stride_qm, stride_qd, stride_dom, stride_dod,
+            stride_kn, stride_kd, stride_vn, stride_vd,
             seq_q, seq_k, head_dim, sm_scale, seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
             window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
-            DROPOUT, False, BLOCK_M, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED)
+            DROPOUT, False, BLOCK_M, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
         dk, dv = dkdv_over_rows(
             dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols, dims, col_start,
             tail_start, rows_end, stride_qm, stride_qd, stride_dom, stride_dod,
+            stride_kn, stride_kd, stride_vn, stride_vd,
             seq_q, seq_k, head_dim, sm_scale, seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
             window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
-            DROPOUT, True, BLOCK_M, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED)
+            DROPOUT, True, BLOCK_M, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
 
     store_tile(DK + head_offset(batch, kv_head, stride_dkb, stride_dkh),
                dk * sm_scale, cols, dims, stride_dkn, stride_dkd, seq_k, head_dim, INTERPRETED)
@@ -219,23 +236,33 @@ def dkdv_kernel(
 
 @triton.jit
 def dq_over_keys(dq, q, do, lse, delta, k_source, v_source, rows, dims, key_first, key_stop,
+                 stride_qm, stride_qd, stride_dom, stride_dod,
                  stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale,
                  seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
                  window_left, window_right, softcap, alibi_slope,
                  CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
                  DROPOUT: tl.constexpr, MASKED: tl.constexpr,
                  BLOCK_N: tl.constexpr, STAGES: tl.constexpr, DESCRIPTORS: tl.constexpr,
-                 INTERPRETED: tl.constexpr):
+                 INTERPRETED: tl.constexpr, HEAD_CHUNK: tl.constexpr):
     """Add the key tiles [key_first, key_stop) to the fp32 dQ of a query tile.
-    MASKED=False: every pair visible and every key inside seq_k."""
+    MASKED=False: every pair visible and every key inside seq_k.  q and do are the
+    query tile's Q and dO, or (HEAD_CHUNK) their base pointers (kernels.head_slices)."""
     for key_start in tl.range(key_first, key_stop, BLOCK_N, num_stages=STAGES):
         cols = key_start + tl.arange(0, BLOCK_N)
         key_rows = seq_k if MASKED else None  # None: no bound check (blocks.below)
         k = load_rows(k_source, key_start, cols, dims, stride_kn, stride_kd, key_rows, head_dim, DESCRIPTORS)
-        v = load_rows(v_source, key_start, cols, dims, stride_vn, stride_vd, key_rows, head_dim, DESCRIPTORS)
-        p, cap_slope = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, window_left, window_right,
-                                     softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI, MASKED, INTERPRETED)
-        dp = value_gradient(do, v, INTERPRETED)
+        if HEAD_CHUNK:
+            block_d: tl.constexpr = dims.shape[0]
+            raw = sliced_products(q, rows, stride_qm, stride_qd, seq_q, k_source, cols, stride_kn, stride_kd,
+                                  key_rows, head_dim, block_d, HEAD_CHUNK, INTERPRETED)
+            dp = sliced_products(do, rows, stride_dom, stride_dod, seq_q, v_source, cols, stride_vn, stride_vd,
+                                 key_rows, head_dim, block_d, HEAD_CHUNK, INTERPRETED)
+        else:
+            v = load_rows(v_source, key_start, cols, dims, stride_vn, stride_vd, key_rows, head_dim, DESCRIPTORS)
+            raw = raw_scores(q, k, INTERPRETED)
+            dp = value_gradient(do, v, INTERPRETED)
+        p, cap_slope = probabilities(raw, lse, rows, cols, seq_q, seq_k, sm_scale, window_left, window_right,
+                                     softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI, MASKED)
         if DROPOUT:
             keep = dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, key_start, BLOCK_N)
             dp = dropped_value_gradient(dp, keep, keep_scale)
@@ -263,7 +290,7 @@ def dq_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     STAGES: tl.constexpr, DESCRIPTORS: tl.constexpr, INTERPRETED: tl.constexpr,
     VARLEN: tl.constexpr = False, WINDOW: tl.constexpr = False,
-    SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
+    SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, HEAD_CHUNK: tl.constexpr = 0,
 ):
     block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
                                                                     first_batch_head)
@@ -280,9 +307,10 @@ def dq_kernel(
         V = at_token(V, k_start, stride_vn)
     rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
-    q = load_head_tile(Q, batch, head, stride_qb, stride_qh, rows, dims, stride_qm, stride_qd, seq_q, head_dim)
-    do = load_head_tile(DO, batch, head, stride_dob, stride_doh,
-                        rows, dims, stride_dom, stride_dod, seq_q, head_dim)
+    q = kept_operand(Q + head_offset(batch, head, stride_qb, stride_qh), rows, dims, stride_qm, stride_qd,
+                     seq_q, head_dim, HEAD_CHUNK)
+    do = kept_operand(DO + head_offset(batch, head, stride_dob, stride_doh), rows, dims, stride_dom, stride_dod,
+                      seq_q, head_dim, HEAD_CHUNK)
     lse = load_row_stat(row_stats(LSE, batch_head, head, seq_q, q_start, total_q, VARLEN), rows, seq_q, float("-inf"))
     delta = load_row_stat(row_stats(DELTA, batch_head, head, seq_q, q_start, total_q, VARLEN), rows, seq_q, 0.0)
     k_source = tile_source(K + head_offset(batch, kv_head, stride_kb, stride_kh),
@@ -298,24 +326,27 @@ def dq_kernel(
         key_first, unmasked_start, unmasked_end, key_end = window_key_tiles(
             block_m * BLOCK_M, seq_q, seq_k, window_left, window_right, BLOCK_M, BLOCK_N)
         dq = dq_over_keys(dq, q, do, lse, delta, k_source, v_source, rows, dims, key_first, unmasked_start,
+                          stride_qm, stride_qd, stride_dom, stride_dod,
                           stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale,
                           seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
                           window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
-                          DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED)
+                          DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
     else:
         unmasked_start = 0
         unmasked_end = off_band_end(block_m * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
         key_end = causal_key_end((block_m + 1) * BLOCK_M, seq_q, seq_k, CAUSAL)
     dq = dq_over_keys(dq, q, do, lse, delta, k_source, v_source, rows, dims, unmasked_start, unmasked_end,
+                      stride_qm, stride_qd, stride_dom, stride_dod,
                       stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale,
                       seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
                       window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
-                      DROPOUT, False, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED)
+                      DROPOUT, False, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
     dq = dq_over_keys(dq, q, do, lse, delta, k_source, v_source, rows, dims, unmasked_end, key_end,
+                      stride_qm, stride_qd, stride_dom, stride_dod,
                       stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale,
                       seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
                       window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
-                      DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED)
+                      DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
 
     store_tile(DQ + head_offset(batch, head, stride_dqb, stride_dqh),
                dq * sm_scale, rows, dims, stride_dqm, stride_dqd, seq_q, head_dim, INTERPRETED)

@@ -23,7 +23,6 @@ from .blocks import (
     dropout_keep,
     finished_rows,
     head_offset,
-    load_head_tile,
     load_rows,
     tile_source,
     mma,
@@ -33,21 +32,23 @@ from .blocks import (
     raw_scores,
     store_tile,
 )
+from .head_slices import kept_operand, sliced_products
 from .scores import head_slope, softmax_scale, softmax_scores
 from .sequences import at_token, row_stats, sequence_span, streamed_rows
 
 
 @triton.jit
 def attend_keys(q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims,
-                first_key, key_stop, stride_kn, stride_kd, stride_vn, stride_vd,
+                first_key, key_stop, stride_qm, stride_qd, stride_kn, stride_kd, stride_vn, stride_vd,
                 seq_q, seq_k, head_dim, sm_scale, qk_scale, seed_lo, seed_hi, drop_threshold, batch_head,
                 window_left, window_right, softcap, alibi_slope,
                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
                 DROPOUT: tl.constexpr, MASKED: tl.constexpr,
                 BLOCK_N: tl.constexpr, STAGES: tl.constexpr, DESCRIPTORS: tl.constexpr,
-                INTERPRETED: tl.constexpr):
+                INTERPRETED: tl.constexpr, HEAD_CHUNK: tl.constexpr):
     """The online softmax over key tiles [first_key, key_stop): returns the new
-    (acc, row_max, row_sum, row_sum_error).
+    (acc, row_max, row_sum, row_sum_error).  q is the query tile, or (HEAD_CHUNK) its
+    base pointer (kernels.head_slices).
 
     MASKED=False is the off-band part: every tile lies inside the keys and inside every
     row's causal window (or sliding window), so no pair is masked and key rows are loaded
@@ -58,9 +59,14 @@ def attend_keys(q, acc, row_max, row_sum, row_sum_error, k_source, v_source, row
     for key_start in tl.range(first_key, key_stop, BLOCK_N, num_stages=STAGES):
         cols = key_start + tl.arange(0, BLOCK_N)
         key_rows = seq_k if MASKED else None  # None: no bound check (blocks.below)
-        k = load_rows(k_source, key_start, cols, dims, stride_kn, stride_kd, key_rows, head_dim, DESCRIPTORS)
-        s, _cap_slope = softmax_scores(raw_scores(q, k, INTERPRETED), rows, cols, seq_q, seq_k, sm_scale,
-                                       softcap, alibi_slope, SOFTCAP, ALIBI)
+        if HEAD_CHUNK:
+            raw = sliced_products(q, rows, stride_qm, stride_qd, seq_q, k_source, cols, stride_kn, stride_kd,
+                                  key_rows, head_dim, dims.shape[0], HEAD_CHUNK, INTERPRETED)
+        else:
+            k = load_rows(k_source, key_start, cols, dims, stride_kn, stride_kd, key_rows, head_dim, DESCRIPTORS)
+            raw = raw_scores(q, k, INTERPRETED)
+        s, _cap_slope = softmax_scores(raw, rows, cols, seq_q, seq_k, sm_scale, softcap, alibi_slope,
+                                       SOFTCAP, ALIBI)
         if MASKED:
             s = tl.where(visible_pairs(rows, cols, seq_q, seq_k, window_left, window_right, CAUSAL, WINDOW),
                          s, float("-inf"))
@@ -105,7 +111,7 @@ def flash_forward_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     STAGES: tl.constexpr, DESCRIPTORS: tl.constexpr, INTERPRETED: tl.constexpr,
     VARLEN: tl.constexpr = False, WINDOW: tl.constexpr = False,
-    SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
+    SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, HEAD_CHUNK: tl.constexpr = 0,
 ):
     block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
                                                                     first_batch_head)
@@ -125,7 +131,8 @@ def flash_forward_kernel(
 
     rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
-    q = load_head_tile(Q, batch, head, stride_qb, stride_qh, rows, dims, stride_qm, stride_qd, seq_q, head_dim)
+    q = kept_operand(Q + head_offset(batch, head, stride_qb, stride_qh), rows, dims, stride_qm, stride_qd,
+                     seq_q, head_dim, HEAD_CHUNK)
     score_scale = softmax_scale(sm_scale, SOFTCAP, ALIBI)
     qk_scale = score_scale * LOG2_E
     alibi_slope = head_slope(ALIBI_SLOPES, stride_alibi_b, batch, head, ALIBI)
@@ -144,23 +151,23 @@ def flash_forward_kernel(
             block_m * BLOCK_M, seq_q, seq_k, window_left, window_right, BLOCK_M, BLOCK_N)
         acc, row_max, row_sum, row_sum_error = attend_keys(
             q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, key_first, unmasked_start,
-            stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale, qk_scale,
+            stride_qm, stride_qd, stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale, qk_scale,
             seed_lo, seed_hi, drop_threshold, batch_head, window_left, window_right, softcap, alibi_slope,
-            CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED)
+            CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
     else:
         unmasked_start = 0
         unmasked_end = off_band_end(block_m * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
         key_end = causal_key_end((block_m + 1) * BLOCK_M, seq_q, seq_k, CAUSAL)
     acc, row_max, row_sum, row_sum_error = attend_keys(
         q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, unmasked_start, unmasked_end,
-        stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale, qk_scale,
+        stride_qm, stride_qd, stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale, qk_scale,
         seed_lo, seed_hi, drop_threshold, batch_head, window_left, window_right, softcap, alibi_slope,
-        CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, False, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED)
+        CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, False, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
     acc, row_max, row_sum, row_sum_error = attend_keys(
         q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, unmasked_end, key_end,
-        stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale, qk_scale,
+        stride_qm, stride_qd, stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale, qk_scale,
         seed_lo, seed_hi, drop_threshold, batch_head, window_left, window_right, softcap, alibi_slope,
-        CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED)
+        CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
 
     out, lse = finished_rows(acc, row_max, row_sum, score_scale)
     if DROPOUT:

@@ -46,16 +46,30 @@ def launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype, tiles=("BLOCK_M
     and the backend's knobs (e.g. waves_per_eu) of `kernel` on the current target;
     `variant` (e.g. "dropout") picks that variant's table where the target has one.
     A kernel that can stream tiles through tensor descriptors names the tensors it
-    streams (`streamed`) and gets DESCRIPTORS: its table's choice, where they allow it."""
+    streams (`streamed`) and gets DESCRIPTORS: its table's choice, where they allow it.
+    HEAD_CHUNK is passed where the table slices the head dim (only the kernels whose
+    tables set it take it)."""
     cfg = launch_config(kernel, block_d, DTYPE_NAMES[dtype], variant=variant)
     sizes = {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n}
     kwargs = {**{name: sizes[name] for name in tiles}, **cfg.options()}
+    head_chunk = sliced_head(cfg, block_d, dtype)
+    if head_chunk:
+        kwargs["HEAD_CHUNK"] = head_chunk  # kernels.head_slices
     if streamed is not None:
         kwargs["DESCRIPTORS"] = cfg.descriptors and descriptors_allowed(streamed)
         if kwargs["DESCRIPTORS"] and launches_on_device() and not current_target().interpreted:
             ensure_scratch_allocator()
     record_launch(kernel, replace(cfg, descriptors=kwargs.get("DESCRIPTORS", False)))
     return kwargs
+
+
+def sliced_head(cfg, block_d: int, dtype: torch.dtype) -> int | None:
+    """The HEAD_CHUNK a launch passes: the config's head_chunk, at least an 8-bit dot's
+    K of 32 (padded_head_dim's rule), where that is below BLOCK_D; else None (whole tiles)."""
+    if cfg.head_chunk is None:
+        return None
+    chunk = max(cfg.head_chunk, padded_head_dim(1, dtype))
+    return chunk if chunk < block_d else None
 
 
 def descriptors_allowed(tensors: tuple[torch.Tensor, ...]) -> bool:

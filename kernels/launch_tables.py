@@ -25,6 +25,9 @@ class LaunchConfig:
     (occupancy hint, MFMA instruction shape, operand packing); None = not passed.
     descriptors: stream the loop's tiles through tensor descriptors (the TMA unit on
     Hopper) where the target and the tensors allow it (kernels.launch), else pointers.
+    head_chunk: keep no [rows, D] operand through the loop and take the products over the
+    head dim this many columns at a time (kernels.head_slices); None = whole tiles kept
+    in registers.  Only where it is below the padded head dim does a launch pass it.
     """
 
     block_m: int
@@ -35,6 +38,16 @@ class LaunchConfig:
     matrix_instr_nonkdim: int | None = None
     kpack: int | None = None
     descriptors: bool = False
+    head_chunk: int | None = None
+
+    def __post_init__(self):
+        chunk = self.head_chunk
+        if chunk is not None and (chunk < 16 or chunk & (chunk - 1)):
+            raise ValueError(f"LaunchConfig: head_chunk must be a power of two >= 16 (a tl.dot's "
+                             f"smallest K), got {chunk}")
+        if chunk is not None and self.descriptors:
+            raise ValueError("LaunchConfig: head_chunk reads its slices through pointers; "
+                             "it cannot be combined with descriptors")
 
     def options(self) -> dict:
         """The compiler options a launch passes: warps, stages and every knob that is set."""
@@ -44,7 +57,8 @@ class LaunchConfig:
     def as_dict(self) -> dict:
         """Tile sizes and options, unset knobs left out."""
         return {"block_m": self.block_m, "block_n": self.block_n, **self.options(),
-                **({"descriptors": True} if self.descriptors else {})}
+                **({"descriptors": True} if self.descriptors else {}),
+                **({"head_chunk": self.head_chunk} if self.head_chunk is not None else {})}
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from .blocks import load_tile, mma, narrow, online_softmax_weights, raw_scores
+from .head_slices import sliced_products
 
 
 @triton.jit
@@ -97,6 +98,28 @@ def part_scores(q1, k1, q2, k2, near, PART: tl.constexpr, INTERPRETED: tl.conste
         s = raw_scores(q2, k2, INTERPRETED)
     else:
         s = piecewise_raw_scores(q1, k1, q2, k2, near, INTERPRETED)
+    return s
+
+
+@triton.jit
+def sliced_part_scores(q1, q2, rows, stride_q1m, stride_q1d, stride_q2m, stride_q2d, q_bound,
+                       k1, k2, cols, stride_k1n, stride_k1d, stride_k2n, stride_k2d, k_bound,
+                       near, head_dim, BLOCK_D: tl.constexpr, HEAD_CHUNK: tl.constexpr,
+                       PART: tl.constexpr, INTERPRETED: tl.constexpr):
+    """part_scores of operands read from memory HEAD_CHUNK columns at a time: q1, q2, k1, k2
+    are the tiles' base pointers (kernels.head_slices), row bounds q_bound and k_bound."""
+    if PART != "far":
+        s1 = sliced_products(q1, rows, stride_q1m, stride_q1d, q_bound, k1, cols, stride_k1n, stride_k1d,
+                             k_bound, head_dim, BLOCK_D, HEAD_CHUNK, INTERPRETED)
+    if PART != "near":
+        s2 = sliced_products(q2, rows, stride_q2m, stride_q2d, q_bound, k2, cols, stride_k2n, stride_k2d,
+                             k_bound, head_dim, BLOCK_D, HEAD_CHUNK, INTERPRETED)
+    if PART == "near":
+        s = s1
+    elif PART == "far":
+        s = s2
+    else:
+        s = tl.where(near, s1, s2)
     return s
 
 

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from .bands import visible_pairs
-from .blocks import normalised, raw_scores
+from .blocks import normalised
 
 # |x| below which tanh is the polynomial, above which it is built from exp (`tanh_and_slope`).
 TANH_POLYNOMIAL_BOUND = tl.constexpr(0.55)
@@ -124,18 +124,18 @@ def alibi_bias(rows, cols, seq_q, seq_k, slope):
 
 
 @triton.jit
-def probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, window_left, window_right,
+def probabilities(raw, lse, rows, cols, seq_q, seq_k, sm_scale, window_left, window_right,
                   softcap, alibi_slope, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-                  SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, MASKED: tl.constexpr,
-                  INTERPRETED: tl.constexpr):
-    """(P, cap_slope): the [M, N] tile of normalised probabilities of query tile q and key
-    tile k, rebuilt from the stored log-normalizer, and `softmax_scores`' cap_slope.
+                  SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, MASKED: tl.constexpr):
+    """(P, cap_slope): the [M, N] tile of normalised probabilities of the unscaled fp32
+    scores `raw` (blocks.raw_scores or head_slices.sliced_products), rebuilt from the
+    stored log-normalizer, and `softmax_scores`' cap_slope.
 
     MASKED=False skips the visibility mask: for tiles wholly inside the keys and the
     causal window or band.  Query rows past seq_q need no mask either way: their lse reads
     -inf."""
-    scores, cap_slope = softmax_scores(raw_scores(q, k, INTERPRETED), rows, cols, seq_q, seq_k,
-                                       sm_scale, softcap, alibi_slope, SOFTCAP, ALIBI)
+    scores, cap_slope = softmax_scores(raw, rows, cols, seq_q, seq_k, sm_scale, softcap, alibi_slope,
+                                       SOFTCAP, ALIBI)
     p = normalised(scores, lse[:, None], softmax_scale(sm_scale, SOFTCAP, ALIBI))
     if MASKED:
         p = tl.where(visible_pairs(rows, cols, seq_q, seq_k, window_left, window_right, CAUSAL, WINDOW),

@@ -70,9 +70,10 @@ CDNA = TableSet("cdna", HIP_LAUNCH, (MFMA,), 64, 32_768, 512,
 RDNA_BASE = with_warps(HIP_LAUNCH, 8)
 
 
-def _wave32(block_m: int, block_n: int, num_warps: int = 8) -> LaunchConfig:
-    """An RDNA tile: one stage (as CDNA's), `num_warps` 32-wide waves, no occupancy hint."""
-    return LaunchConfig(block_m, block_n, num_warps=num_warps, num_stages=1)
+def _wave32(block_m: int, block_n: int, num_warps: int = 8, head_chunk: int | None = None) -> LaunchConfig:
+    """An RDNA tile: one stage (as CDNA's), `num_warps` 32-wide waves, no occupancy hint,
+    the head dim sliced by `head_chunk` (kernels.head_slices) where set."""
+    return LaunchConfig(block_m, block_n, num_warps=num_warps, num_stages=1, head_chunk=head_chunk)
 
 
 # fp32 on RDNA: no fp32 WMMA, so FMA dots, where each thread holds whole rows of both
@@ -103,61 +104,58 @@ RDNA_FP32 = {
 
 # RDNA4 (gfx12: WMMA without operand replication).  The CDNA tiles spilled 30 of 48
 # configurations (issue 32).  The forward at D = 128 in 128x32 (193 VGPRs; 128x64 spilled 20
-# in bf16 with dropout); the kernels that keep K and V (dK/dV) or Q and dO (dQ) in
-# registers for the whole loop take fewer keys or rows as D grows: dK/dV 32x32 at D <= 64
-# (198 VGPRs; 32x64 spilled 93), 32x16 at 128 (213; 32x32 spilled 150), 16x16 with 16 waves
-# at 256 (252; with 8 waves 105 spilled: each wave holds the whole K and V operands, more
-# waves share the accumulators); dQ 64x32 at 128 (220; 64x64 spilled 30), 32x16 at 256
-# (249); piecewise forward 32x16 at 256 (232; 32x32 spilled 81), piecewise dK/dV and dQ
-# 32x16 at 128 (242 and 193).  At D = 256 no tile keeps every variant out of scratch: a
-# wave holds whole 16x256 operands (K, V and Q, dO: 64 VGPRs each), so dK/dV's 16x16 with
-# 16 waves spills 8-66 VGPRs (36-260 B per thread) in 4 of its 8 fp16/bf16 variants (32
-# waves cap the VGPRs at 192: 120 spilled), and the piecewise dK/dV and dQ, with two score
-# tiles' operands, 116-140 and 61-75 (460-564 and 232-304 B) in all.  The smallest spills
-# are kept, and reported per configuration by the compile-only tier.
+# in bf16 with dropout); dK/dV 32x32 at D <= 64 (198; 32x64 spilled 93), 32x16 at 128 (213;
+# 32x32 spilled 150); dQ 64x32 at 128 (220; 64x64 spilled 30).  At D = 256 the held operands
+# alone filled the registers (a wave holds whole 16x256 tiles, 64 VGPRs each: 16x16 dK/dV with
+# 16 waves still spilled 36-260 B per thread), so there, and for piecewise attention's two
+# score products from D = 128, the head dim is sliced (kernels.head_slices, 32 columns at
+# 256, 16 at 128: eight slices, a loop the compiler keeps; four were unrolled and spilled):
+# forward 64x32 (182-189 VGPRs, causal with dropout the most), dK/dV 32x32 (226-249; 32x16
+# spilled 136-148 in two variants), dQ 32x16 (138-177); piecewise as RDNA3's below.
+_SLICED_256 = _wave32(32, 16, 8, 32)
+_PIECEWISE_SLICED = {
+    "piecewise_fwd": table((64, _wave32(64, 32)), (128, _wave32(64, 16, 8, 16)), (256, _wave32(32, 32, 8, 32))),
+    "piecewise_bwd_dkdv": table((64, _wave32(16, 16)), (128, _wave32(32, 16, 8, 16)),
+                                (256, _wave32(16, 16, 8, 32))),
+    "piecewise_bwd_dq": table((64, _wave32(32, 16, 8, 16)), (128, _wave32(64, 16, 8, 16)), (256, _SLICED_256)),
+}
 RDNA4_LAUNCH = {
     **RDNA_BASE,
     **RDNA_FP32,
-    "fwd": RDNA_BASE["fwd"].replaced(128, _wave32(128, 32)),
-    "bwd_dkdv": table((64, _wave32(32, 32)), (128, _wave32(32, 16)), (256, _wave32(16, 16, 16))),
-    "bwd_dq": table((64, _wave32(64, 64)), (128, _wave32(64, 32)), (256, _wave32(32, 16))),
-    "piecewise_fwd": RDNA_BASE["piecewise_fwd"].replaced(256, _wave32(32, 16)),
-    "piecewise_bwd_dkdv": table((64, _wave32(32, 32)), (128, _wave32(32, 16)), (256, _wave32(16, 16, 16))),
-    "piecewise_bwd_dq": table((64, _wave32(64, 32)), (128, _wave32(32, 16)), (256, _wave32(16, 16))),
+    **_PIECEWISE_SLICED,
+    "fwd": table((64, _wave32(128, 64)), (128, _wave32(128, 32)), (256, _wave32(64, 32, 8, 32))),
+    "bwd_dkdv": table((64, _wave32(32, 32)), (128, _wave32(32, 16)), (256, _wave32(32, 32, 8, 32))),
+    "bwd_dq": table((64, _wave32(64, 64)), (128, _wave32(64, 32)), (256, _SLICED_256)),
 }
 # The most LDS any RDNA configuration takes: 49,152 B (piecewise dK/dV in fp32 at D = 256,
 # compile-only, triton 3.9), both sets.
 RDNA4 = TableSet("rdna4", RDNA4_LAUNCH, (WMMA_GFX12,), 32, 49_152, 256,
                  "untuned: tiles chosen by compile-only measurements to keep fp16/bf16 vector registers "
-                 "out of scratch (kernels/tables_amd.py says where no tile can)")
+                 "out of scratch, the head dim sliced where whole operands fill them")
 
 # RDNA3 (gfx11: WMMA holds A and B twice, in both half-waves, so every operand takes twice
-# RDNA4's VGPRs).  Kept out of scratch at D <= 64 but in piecewise dQ, and in the forward at
-# 128 (VGPRs, causal with dropout): forward 128x32 at 64 (214; 128x64 spilled 25), 16x16 at
-# 128 (246; 32x16 spilled 3 in its non-causal variants, 64x16 11); dQ 64x16 and dK/dV 32x16
-# at 64 (237, 213); piecewise forward 64x32 and dK/dV 16x16 at 64 (237, 238).  Where the
-# loop-invariant operands alone fill the 256 VGPRs (Q and dO, or K and V: 16 x D each, 128
-# VGPRs apiece at D = 128), every tile spills, and the table takes the tile that spills least
-# (per thread, over the fp16/bf16 variants of the compile-only tier's full scope): dQ 32x16
-# at 128 (404-428 B), 16x16 with 16 waves at 256 (1,784-2,076 B); dK/dV 16x16 at 128 (240-556
-# B), at 256 with 16 waves (912-1,068 B); forward 16x16 with 16 waves at 256 (388-476 B);
-# piecewise forward 16x16 at 128 (100-136 B), at 256 with 16 waves (1,460-1,560 B); piecewise
-# dK/dV the same tiles (420-444 B, 1,456-1,548 B); piecewise dQ 32x16 at 64 (20-24 B), 16x16
-# at 128 (892-1,044 B) and at 256 with 16 waves (2,440-2,864 B).  Keeping them out of
-# scratch needs kernels that read those operands from shared memory step by step.
+# RDNA4's VGPRs).  Whole tiles at D <= 64 (VGPRs, causal with dropout): forward 128x32 (214;
+# 128x64 spilled 25), dQ 64x16 and dK/dV 32x16 (237, 213), piecewise forward 64x32 and dK/dV
+# 16x16 (237, 238).  From D = 128 the held operands (Q and dO, or K and V: 16 x D each, 128
+# VGPRs apiece at D = 128) filled the 256 VGPRs whatever the tile (400 B to 2.9 KB of scratch
+# per thread), so the head dim is sliced there (kernels.head_slices; 16 columns at 128, 32 at
+# 256: eight slices, a loop the compiler keeps, where four were unrolled and spilled 48-400 B):
+# at 128 forward 64x32 (168-171), dQ 64x32 (168-177), dK/dV 32x16 (145-178; 64x16 250);
+# at 256 forward 32x32 (160-180; 64x32 247), dQ 32x16 (138-193), dK/dV 32x16 with 16 waves
+# (147-176; with 8 waves 252); piecewise forward 64x16 and 32x32 (143, 180), dK/dV 32x16 and
+# 16x16 (174, 217-218; 32x32 spilled 372 B and 1.3 KB), dQ 64x16 and 32x16 (192-199, 249-250),
+# and its dQ at 64 sliced too (32x16 whole spilled 20-24 B).
 RDNA3_LAUNCH = {
     **RDNA_BASE,
     **RDNA_FP32,
-    "fwd": table((64, _wave32(128, 32)), (128, _wave32(16, 16)), (256, _wave32(16, 16, 16))),
-    "bwd_dq": table((64, _wave32(64, 16)), (128, _wave32(32, 16)), (256, _wave32(16, 16, 16))),
-    "bwd_dkdv": table((64, _wave32(32, 16)), (128, _wave32(16, 16)), (256, _wave32(16, 16, 16))),
-    "piecewise_fwd": table((64, _wave32(64, 32)), (128, _wave32(16, 16)), (256, _wave32(16, 16, 16))),
-    "piecewise_bwd_dkdv": table((64, _wave32(16, 16)), (128, _wave32(16, 16)), (256, _wave32(16, 16, 16))),
-    "piecewise_bwd_dq": table((64, _wave32(32, 16)), (128, _wave32(16, 16)), (256, _wave32(16, 16, 16))),
+    **_PIECEWISE_SLICED,
+    "fwd": table((64, _wave32(128, 32)), (128, _wave32(64, 32, 8, 16)), (256, _wave32(32, 32, 8, 32))),
+    "bwd_dq": table((64, _wave32(64, 16)), (128, _wave32(64, 32, 8, 16)), (256, _SLICED_256)),
+    "bwd_dkdv": table((64, _wave32(32, 16)), (128, _wave32(32, 16, 8, 16)), (256, _wave32(32, 16, 16, 32))),
 }
 RDNA3 = TableSet("rdna3", RDNA3_LAUNCH, (WMMA_GFX11, WMMA_GFX12), 32, 49_152, 256,
-                 "untuned: tiles chosen by compile-only measurements, the smallest vector-register spills "
-                 "where none is possible (kernels/tables_amd.py says which)")
+                 "untuned: tiles chosen by compile-only measurements to keep fp16/bf16 vector registers "
+                 "out of scratch, the head dim sliced where whole operands fill them")
 
 # Richest first: a target takes the first set it can (kernels.tuning.table_set).
 AMD_SETS = (CDNA, RDNA4, RDNA3)

@@ -24,6 +24,7 @@ from .blocks import (
     load_tile,
     pairwise_column_sums,
     program_coordinates,
+    raw_scores,
 )
 from .scores import head_slope, probabilities
 
@@ -71,8 +72,9 @@ def total_attention_kernel(
         q = load_tile(q_base, rows, dims, stride_qm, stride_qd, seq_q, head_dim)
         # Rows that see no key have lse = -inf, hence P = 0: they add nothing.
         lse = load_row_stat(stats, rows, seq_q, float("-inf"))
-        p, _cap_slope = probabilities(q, k, lse, rows, cols, seq_q, seq_k, sm_scale, window_left, window_right,
-                                       softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI, True, INTERPRETED)
+        p, _cap_slope = probabilities(raw_scores(q, k, INTERPRETED), lse, rows, cols, seq_q, seq_k, sm_scale,
+                                      window_left, window_right, softcap, alibi_slope,
+                                      CAUSAL, WINDOW, SOFTCAP, ALIBI, True)
         total, total_error = compensated_add(total, total_error, pairwise_column_sums(p))
 
     tl.store(TOTAL + batch_head.to(tl.int64) * seq_k + cols, total, mask=cols < seq_k)

@@ -6,8 +6,9 @@ dtype; a tuning script, an autotuner or a conformance sweep picks among all of t
 Miscompiles are usually specific to one configuration, so a harness can judge each of
 them: `configured(kernel, config)` makes every launch of that kernel use it.
 
-Text form: m{BLOCK_M}n{BLOCK_N}s{stages}w{warps}, then `-wpe{N}` (AMD's waves_per_eu)
-and `-tma` (tiles streamed through tensor descriptors) where set.
+Text form: m{BLOCK_M}n{BLOCK_N}s{stages}w{warps}, then `-wpe{N}` (AMD's waves_per_eu),
+`-tma` (tiles streamed through tensor descriptors) and `-hc{N}` (the head dim sliced N
+columns at a time, kernels.head_slices) where set.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from dataclasses import replace
 from . import tuning
 from .targets import Target
 
-CONFIG_PATTERN = r"m(\d+)n(\d+)s(\d+)w(\d+)(?:-wpe(\d+))?(-tma)?"
+CONFIG_PATTERN = r"m(\d+)n(\d+)s(\d+)w(\d+)(?:-wpe(\d+))?(-tma)?(?:-hc(\d+))?"
 # Kernels that stream their loop's tiles through tensor descriptors where allowed.
 STREAMING = ("fwd", "bwd_dkdv", "bwd_dq")
 KERNELS = (*tuning.KERNELS, "piecewise_fwd", "piecewise_bwd_dkdv", "piecewise_bwd_dq")
+# Kernels that can slice the head dim of their score products (kernels.head_slices).
+SLICING = ("fwd", "bwd_dkdv", "bwd_dq", "piecewise_fwd", "piecewise_bwd_dkdv", "piecewise_bwd_dq")
 
 # Axes of the space per tile family.  Half precision (fp16/bf16, and fp8 for the forward):
 # the tutorial's and the tables' tiles with their neighbours; fp32 (FMA-unit dots, twice
@@ -36,7 +39,10 @@ _PREPROCESS = dict(block_m=(32, 64, 128), block_n=(64,), num_warps=(4,), num_sta
 # backward kernels' operands fill the registers), 4 to 16 waves (16 keep the most of
 # them in registers at D = 256), one stage (RDNA has no asynchronous copies to overlap), no
 # waves_per_eu; fp32 (FMA dots) in the small tiles its tables take.
+# With the head dim sliced in 16 or 32 columns (the RDNA tables' choices at D = 128 and 256)
+# or not (None) where the kernel can (SLICING).
 _RDNA_HALF = dict(block_m=(16, 32, 64, 128), block_n=(16, 32, 64), num_warps=(4, 8, 16), num_stages=(1,))
+_RDNA_HEAD_CHUNKS = (None, 16, 32)
 _RDNA_FP32 = dict(block_m=(16, 32), block_n=(16, 32), num_warps=(4, 8, 16), num_stages=(1,))
 # The interpreter ignores warps and stages: only tile shapes differ there.
 _INTERPRETED = dict(block_m=(16, 32, 64), block_n=(16, 32, 64), num_warps=(4,), num_stages=(1,))
@@ -47,7 +53,8 @@ def config_text(config: tuning.LaunchConfig) -> str:
     text = f"m{config.block_m}n{config.block_n}s{config.num_stages}w{config.num_warps}"
     if config.waves_per_eu is not None:
         text += f"-wpe{config.waves_per_eu}"
-    return text + ("-tma" if config.descriptors else "")
+    text += "-tma" if config.descriptors else ""
+    return text + (f"-hc{config.head_chunk}" if config.head_chunk is not None else "")
 
 
 def parse_config(text: str) -> tuning.LaunchConfig:
@@ -55,10 +62,14 @@ def parse_config(text: str) -> tuning.LaunchConfig:
     match = re.fullmatch(CONFIG_PATTERN, text)
     if match is None:
         raise ValueError(f"malformed launch configuration {text!r} (expected e.g. m128n64s3w8, "
-                         "optionally with -wpe2 and -tma)")
-    block_m, block_n, stages, warps, waves, tma = match.groups()
-    return tuning.LaunchConfig(int(block_m), int(block_n), num_warps=int(warps), num_stages=int(stages),
-                               waves_per_eu=None if waves is None else int(waves), descriptors=bool(tma))
+                         "optionally with -wpe2, -tma and -hc32)")
+    block_m, block_n, stages, warps, waves, tma, head_chunk = match.groups()
+    try:
+        return tuning.LaunchConfig(int(block_m), int(block_n), num_warps=int(warps), num_stages=int(stages),
+                                   waves_per_eu=None if waves is None else int(waves), descriptors=bool(tma),
+                                   head_chunk=None if head_chunk is None else int(head_chunk))
+    except ValueError as exc:
+        raise ValueError(f"launch configuration {text!r}: {exc}") from None
 
 
 def _axes(kernel: str, target: Target, dtype: str) -> dict:
@@ -69,7 +80,9 @@ def _axes(kernel: str, target: Target, dtype: str) -> dict:
     if target.interpreted:
         return _INTERPRETED
     if target.backend == "hip" and target.warp_size == 32:
-        return _RDNA_FP32 if dtype == "fp32" else _RDNA_HALF
+        if dtype == "fp32":
+            return _RDNA_FP32
+        return {**_RDNA_HALF, **({"head_chunk": _RDNA_HEAD_CHUNKS} if kernel in SLICING else {})}
     axes = dict(_FP32 if dtype == "fp32" else _HALF)
     if target.backend == "hip":  # one stage and 4 wavefronts in the tables; waves_per_eu as a knob
         axes.update(num_stages=(1, 2), waves_per_eu=(None, 2))

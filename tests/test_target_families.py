@@ -78,7 +78,7 @@ def test_rdna_sets_take_small_tiles_and_no_occupancy_hint():
              for kernel in ("bwd_dkdv", "bwd_dq", "piecewise_bwd_dkdv") for d in (64, 128, 256)}
     assert picks[("bwd_dkdv", 64)] == tuning.LaunchConfig(32, 32, num_warps=8)
     assert picks[("bwd_dkdv", 128)] == tuning.LaunchConfig(32, 16, num_warps=8)
-    assert picks[("bwd_dkdv", 256)] == tuning.LaunchConfig(16, 16, num_warps=16)
+    assert picks[("bwd_dkdv", 256)] == tuning.LaunchConfig(32, 32, num_warps=8, head_chunk=32)  # sliced
     assert picks[("bwd_dq", 128)] == tuning.LaunchConfig(64, 32, num_warps=8)
     for tables in (tuning.RDNA3.tables, tuning.RDNA4.tables):
         configs = [config for tab in tables.values() for _, config in tab.rows]
