@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .architectures import MFMA, WMMA_GFX11, WMMA_GFX12
-from .launch_tables import LaunchConfig, TableSet, map_tables, table, with_warps
+from .launch_tables import LaunchConfig, LaunchTable, TableSet, map_tables, table, with_warps
 from .tables_nvidia import CUDA_LAUNCH
 
 
@@ -77,28 +77,28 @@ def _wave32(block_m: int, block_n: int, num_warps: int = 8, head_chunk: int | No
 
 
 # fp32 on RDNA: no fp32 WMMA, so FMA dots, where each thread holds whole rows of both
-# operands; 16 waves of 16-row or 16-key tiles keep the most of them in registers (the CDNA
-# tiles with 8 waves spilled 0.5-4.5 KB in every kernel but the delta pre-pass).  In
-# registers (gfx1201, causal with dropout): forward 32x16 at 64 (166 VGPRs) and 16x16 at 128
-# (229), dQ 32x16 at 64 (229), dK/dV 16x16 at 64 (239), total 32x16 with 8 waves up to 128
-# (186), piecewise forward 32x16 at 64 (226).  Spilling where no tile measured keeps them
-# (per thread, over the variants of the compile-only tier's full scope, gfx1201 / gfx1100):
-# at 64 piecewise dK/dV 180-184 / 188-304 B, piecewise dQ 132-140 / 180-272 B (gfx1100's
-# dK/dV 60 B in one variant); at 128 dK/dV 892-1,084 / 888-1,108 B, dQ 608-648 / 644-720 B,
-# piecewise forward 608-612 / 652-656 B, dK/dV 1,424-1,436 / 1,588-1,592 B, dQ 1,312-1,416 /
-# 1,404-1,436 B; at 256 (the same 16x16 tiles, 16 waves) forward 564-640 / 560-728 B, total
-# 144-152 B, dK/dV 2.3-2.4 KB, dQ 2.2-2.3 KB, piecewise 2.2-3.5 KB.  Triton 3.2 gives fp32
-# dK/dV and piecewise dK/dV at D = 256 67,584 and 98,304 B of LDS with any 16x16 tile (3.9:
-# 33,792 and 49,152): over RDNA's 64 KiB there, whatever the table says.
-_SMALLEST = _wave32(16, 16, 16)
+# operands; whole tiles stay in registers up to D = 64 (VGPRs, gfx1201, causal with dropout:
+# forward and dQ 32x16 with 16 waves, 166 and 229).  Above, every whole tile spilled (0.6 to
+# 3.5 KB per thread at 128 and 256, the CDNA tiles 0.5-4.5 KB in every kernel but the delta
+# pre-pass; in git history), and with the head dim sliced none does (compile-only, triton 3.9,
+# gfx1100 and gfx1201, every variant): 16x16 tiles with 8 waves, forward 123-169 VGPRs, dQ
+# 118-192, dK/dV 187-248, total 93-94; piecewise dK/dV and dQ sliced from D = 64 (whole
+# 16x16 tiles spilled 60-304 B there).  Triton 3.2 gave whole-tile fp32 dK/dV at D = 256
+# 67,584 B of LDS, over RDNA's 64 KiB (3.9: 33,792).
+def _fp32_sliced(at_64: LaunchConfig) -> LaunchTable:
+    """An fp32 table of a slicing kernel: `at_64` up to D = 64, 16x16 tiles with the head dim
+    sliced in eight above (16 columns at 128, 32 at 256)."""
+    return table((64, at_64), (128, _wave32(16, 16, 8, 16)), (256, _wave32(16, 16, 8, 32)))
+
+
 RDNA_FP32 = {
-    "fwd.fp32": table((64, _wave32(32, 16, 16)), (256, _SMALLEST)),
-    "bwd_dq.fp32": table((64, _wave32(32, 16, 16)), (256, _SMALLEST)),
-    "bwd_dkdv.fp32": table((256, _SMALLEST),),
-    "total.fp32": table((128, _wave32(32, 16)), (256, _SMALLEST)),
-    "piecewise_fwd.fp32": table((64, _wave32(32, 16, 16)), (256, _SMALLEST)),
-    "piecewise_bwd_dkdv.fp32": table((256, _SMALLEST),),
-    "piecewise_bwd_dq.fp32": table((256, _SMALLEST),),
+    "fwd.fp32": _fp32_sliced(_wave32(32, 16, 16)),
+    "bwd_dq.fp32": _fp32_sliced(_wave32(32, 16, 16)),
+    "bwd_dkdv.fp32": _fp32_sliced(_wave32(16, 16, 8, 16)),
+    "total.fp32": table((128, _wave32(32, 16)), (256, _wave32(16, 16, 8, 32))),
+    "piecewise_fwd.fp32": _fp32_sliced(_wave32(32, 16, 16)),
+    "piecewise_bwd_dkdv.fp32": _fp32_sliced(_wave32(16, 16, 8, 16)),
+    "piecewise_bwd_dq.fp32": _fp32_sliced(_wave32(16, 16, 8, 16)),
 }
 
 

@@ -19,13 +19,13 @@ from .blocks import (
     causal_query_start,
     compensated_add,
     head_offset,
-    load_head_tile,
     load_row_stat,
     load_tile,
     pairwise_column_sums,
     program_coordinates,
     raw_scores,
 )
+from .head_slices import kept_operand, sliced_products
 from .scores import head_slope, probabilities
 
 
@@ -45,13 +45,15 @@ def total_attention_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     INTERPRETED: tl.constexpr,
     WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
+    HEAD_CHUNK: tl.constexpr = 0,
 ):
     block_n, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
                                                                     first_batch_head)
     cols = block_n * BLOCK_N + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
-    k = load_head_tile(K, batch, kv_head, stride_kb, stride_kh, cols, dims, stride_kn, stride_kd,
-                       seq_k, head_dim)
+    # The key tile, or (HEAD_CHUNK) its base pointer: kernels.head_slices.
+    k = kept_operand(K + head_offset(batch, kv_head, stride_kb, stride_kh), cols, dims, stride_kn, stride_kd,
+                     seq_k, head_dim, HEAD_CHUNK)
     q_base = Q + head_offset(batch, head, stride_qb, stride_qh)
     stats = LSE + batch_head.to(tl.int64) * seq_q
 
@@ -69,10 +71,14 @@ def total_attention_kernel(
         rows_end = seq_q
     for row_start in range(query_start, rows_end, BLOCK_M):
         rows = row_start + tl.arange(0, BLOCK_M)
-        q = load_tile(q_base, rows, dims, stride_qm, stride_qd, seq_q, head_dim)
+        if HEAD_CHUNK:
+            raw = sliced_products(q_base, rows, stride_qm, stride_qd, seq_q, k, cols, stride_kn, stride_kd,
+                                  seq_k, head_dim, BLOCK_D, HEAD_CHUNK, INTERPRETED)
+        else:
+            raw = raw_scores(load_tile(q_base, rows, dims, stride_qm, stride_qd, seq_q, head_dim), k, INTERPRETED)
         # Rows that see no key have lse = -inf, hence P = 0: they add nothing.
         lse = load_row_stat(stats, rows, seq_q, float("-inf"))
-        p, _cap_slope = probabilities(raw_scores(q, k, INTERPRETED), lse, rows, cols, seq_q, seq_k, sm_scale,
+        p, _cap_slope = probabilities(raw, lse, rows, cols, seq_q, seq_k, sm_scale,
                                       window_left, window_right, softcap, alibi_slope,
                                       CAUSAL, WINDOW, SOFTCAP, ALIBI, True)
         total, total_error = compensated_add(total, total_error, pairwise_column_sums(p))

@@ -26,7 +26,7 @@ CONFIG_PATTERN = r"m(\d+)n(\d+)s(\d+)w(\d+)(?:-wpe(\d+))?(-tma)?(?:-hc(\d+))?"
 STREAMING = ("fwd", "bwd_dkdv", "bwd_dq")
 KERNELS = (*tuning.KERNELS, "piecewise_fwd", "piecewise_bwd_dkdv", "piecewise_bwd_dq")
 # Kernels that can slice the head dim of their score products (kernels.head_slices).
-SLICING = ("fwd", "bwd_dkdv", "bwd_dq", "piecewise_fwd", "piecewise_bwd_dkdv", "piecewise_bwd_dq")
+SLICING = ("fwd", "total", "bwd_dkdv", "bwd_dq", "piecewise_fwd", "piecewise_bwd_dkdv", "piecewise_bwd_dq")
 
 # Axes of the space per tile family.  Half precision (fp16/bf16, and fp8 for the forward):
 # the tutorial's and the tables' tiles with their neighbours; fp32 (FMA-unit dots, twice
@@ -39,8 +39,8 @@ _PREPROCESS = dict(block_m=(32, 64, 128), block_n=(64,), num_warps=(4,), num_sta
 # backward kernels' operands fill the registers), 4 to 16 waves (16 keep the most of
 # them in registers at D = 256), one stage (RDNA has no asynchronous copies to overlap), no
 # waves_per_eu; fp32 (FMA dots) in the small tiles its tables take.
-# With the head dim sliced in 16 or 32 columns (the RDNA tables' choices at D = 128 and 256)
-# or not (None) where the kernel can (SLICING).
+# Each with the head dim sliced in 16 or 32 columns (the RDNA tables' choices at D = 128 and
+# 256) or not (None), where the kernel can (SLICING).
 _RDNA_HALF = dict(block_m=(16, 32, 64, 128), block_n=(16, 32, 64), num_warps=(4, 8, 16), num_stages=(1,))
 _RDNA_HEAD_CHUNKS = (None, 16, 32)
 _RDNA_FP32 = dict(block_m=(16, 32), block_n=(16, 32), num_warps=(4, 8, 16), num_stages=(1,))
@@ -80,9 +80,8 @@ def _axes(kernel: str, target: Target, dtype: str) -> dict:
     if target.interpreted:
         return _INTERPRETED
     if target.backend == "hip" and target.warp_size == 32:
-        if dtype == "fp32":
-            return _RDNA_FP32
-        return {**_RDNA_HALF, **({"head_chunk": _RDNA_HEAD_CHUNKS} if kernel in SLICING else {})}
+        axes = _RDNA_FP32 if dtype == "fp32" else _RDNA_HALF
+        return {**axes, **({"head_chunk": _RDNA_HEAD_CHUNKS} if kernel in SLICING else {})}
     axes = dict(_FP32 if dtype == "fp32" else _HALF)
     if target.backend == "hip":  # one stage and 4 wavefronts in the tables; waves_per_eu as a knob
         axes.update(num_stages=(1, 2), waves_per_eu=(None, 2))

@@ -11,7 +11,8 @@
 #                 same Triton code path)
 #   compile-full  the compile-only tier, full scope, for the nine targets of issue 32 (CPU only)
 #   sweep-cuda    the compile-only tier, sweep scope, for the NVIDIA targets (CPU only)
-#   sweep-hip     the compile-only tier, sweep scope, for the AMD targets (CPU only)
+#   sweep-cdna    the compile-only tier, sweep scope, for the CDNA targets (CPU only)
+#   sweep-rdna    the compile-only tier, sweep scope, for the RDNA targets (CPU only)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -20,19 +21,22 @@ mkdir -p "$RUNS" "$OUT"
 
 source scripts/steps.sh  # step / packed_step NAME COMMAND..., pack_runs
 NVIDIA=sm_80,sm_90,sm_100,sm_120
-AMD=gfx90a,gfx942,gfx950,gfx1100,gfx1201
+CDNA=gfx90a,gfx942,gfx950
+RDNA=gfx1100,gfx1201
 
 for name in "$@"; do
   case "$name" in
     standard) packed_step "$name" python -m conformance run --tier standard --out "$RUNS/$name"
               step diff-standard python -m conformance diff reports/h100-sm90/standard "$RUNS/$name" ;;
     sliced-gpu) packed_step "$name" python -m pytest -p no:cacheprovider -v tests/test_head_slices.py ;;
-    compile-full) packed_step "$name" python -m conformance compile --scope full -n 16 --target "$NVIDIA,$AMD" \
+    compile-full) packed_step "$name" python -m conformance compile --scope full -n 16 --target "$NVIDIA,$CDNA,$RDNA" \
                     --out "$RUNS/$name" ;;
     sweep-cuda) packed_step "$name" python -m conformance compile --scope sweep -n 16 --target "$NVIDIA" \
                   --out "$RUNS/$name" ;;
-    sweep-hip) packed_step "$name" python -m conformance compile --scope sweep -n 16 --target "$AMD" \
-                 --out "$RUNS/$name" ;;
+    sweep-cdna) packed_step "$name" python -m conformance compile --scope sweep -n 16 --target "$CDNA" \
+                  --out "$RUNS/$name" ;;
+    sweep-rdna) packed_step "$name" python -m conformance compile --scope sweep -n 16 --target "$RDNA" \
+                  --out "$RUNS/$name" ;;
     *) echo "unknown step $name" | tee -a "$RUNS/steps.log" ;;
   esac
 done

@@ -24,6 +24,7 @@ import torch
 SLICED = "m16n16s1w4-hc16"
 CASES = [
     f"flash_attention.fwd[fp16,d64,causal,B1,H4,Hkv2,Sq77,Sk100,lse,cfg=fwd:{SLICED},seed0]",
+    f"flash_attention.fwd[fp32,d96,causal,B1,H4,Hkv2,Sq77,Sk100,total,cfg=total:{SLICED},seed0]",
     f"flash_attention.bwd[bf16,d96,causal,B1,H4,Hkv2,Sq77,Sk100,cfg=bwd_dkdv:{SLICED},seed0]",
     f"flash_attention.bwd[fp32,d64,noncausal,B1,H2,Hkv1,Sq50,Sk33,cfg=bwd_dq:{SLICED},seed0]",
     f"flash_attention.bwd[fp16,d64,causal,B1,H2,Hkv1,Sq77,Sk133,cfg=bwd_dkdv:{SLICED},win24_8,seed0]",
@@ -63,12 +64,14 @@ def test_a_malformed_slice_is_refused_by_name(chunk, message):
 
 
 def test_rdna_tables_slice_where_the_operands_fill_the_registers_and_nowhere_else():
-    """RDNA3 and RDNA4 slice the fp16/bf16 head dims whose held operands spilled (D = 256 on
-    both, D = 128 on gfx11 and in piecewise attention); every other family keeps whole tiles."""
+    """RDNA3 and RDNA4 slice the head dims whose held operands spilled (fp16/bf16 at D = 256 on
+    both, D = 128 on gfx11 and in piecewise attention; fp32 from D = 128); every other family
+    keeps whole tiles."""
     for target in (Target("hip", "gfx1100", 32), Target("hip", "gfx1201", 32)):
         for kernel in tuning_space.SLICING:
-            assert tuning.launch_config(kernel, 256, "fp16", target).head_chunk is not None, (target, kernel)
-            assert tuning.launch_config(kernel, 256, "fp32", target).head_chunk is None  # FMA dots: no WMMA
+            assert tuning.launch_config(kernel, 256, "fp32", target).head_chunk is not None, (target, kernel)
+            if kernel != "total":  # fp16/bf16 total attention holds one operand: whole tiles fit
+                assert tuning.launch_config(kernel, 256, "fp16", target).head_chunk is not None, (target, kernel)
         for kernel in ("fwd", "bwd_dkdv", "bwd_dq"):
             assert tuning.launch_config(kernel, 64, "fp16", target).head_chunk is None
         assert tuning.launch_config("piecewise_bwd_dkdv", 128, "fp16", target).head_chunk is not None
