@@ -11,6 +11,7 @@
 #                 same Triton code path)
 #   compile-full  the compile-only tier, full scope, for the nine targets of issue 32 (CPU only)
 #   sweep-cuda    the compile-only tier, sweep scope, for the NVIDIA targets (CPU only)
+#   sweep-sm120   the sweep scope for sm_120 alone (sweep-cuda's last target, where a call ran out)
 #   sweep-cdna    the compile-only tier, sweep scope, for the CDNA targets (CPU only)
 #   sweep-rdna    the compile-only tier, sweep scope, for the RDNA targets (CPU only)
 set -uo pipefail
@@ -33,6 +34,8 @@ for name in "$@"; do
                     --out "$RUNS/$name" ;;
     sweep-cuda) packed_step "$name" python -m conformance compile --scope sweep -n 16 --target "$NVIDIA" \
                   --out "$RUNS/$name" ;;
+    sweep-sm120) packed_step "$name" python -m conformance compile --scope sweep -n 16 --target sm_120 \
+                   --out "$RUNS/$name" ;;
     sweep-cdna) packed_step "$name" python -m conformance compile --scope sweep -n 16 --target "$CDNA" \
                   --out "$RUNS/$name" ;;
     sweep-rdna) packed_step "$name" python -m conformance compile --scope sweep -n 16 --target "$RDNA" \
