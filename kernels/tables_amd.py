@@ -157,5 +157,10 @@ RDNA3 = TableSet("rdna3", RDNA3_LAUNCH, (WMMA_GFX11, WMMA_GFX12), 32, 49_152, 25
                  "untuned: tiles chosen by compile-only measurements to keep fp16/bf16 vector registers "
                  "out of scratch, the head dim sliced where whole operands fill them")
 
+# Every figure above is triton 3.9's.  Triton 3.6 unrolls the eight-slice loops too, and with
+# these tables still spilled (reports/compile/README.md): gfx1201 dK/dV and piecewise dK/dV
+# and dQ at D = 256 (12-140 B per thread), gfx1100 the unsliced half-precision total attention
+# at D = 128 and 256 (68-356 B), and fp32's 16-column slices.
+
 # Richest first: a target takes the first set it can (kernels.tuning.table_set).
 AMD_SETS = (CDNA, RDNA4, RDNA3)
