@@ -365,12 +365,6 @@ def softmax_gradient(p, dp, delta):
 
 
 @triton.jit
-def score_gradient(p, do, v, delta, INTERPRETED: tl.constexpr):
-    """dS = P * (dO @ V^T - delta), fp32, of a [M, N] tile."""
-    return softmax_gradient(p, value_gradient(do, v, INTERPRETED), delta[:, None])
-
-
-@triton.jit
 def dropout_keep(seed_lo, seed_hi, threshold, batch_head, rows, col_start, BLOCK_N: tl.constexpr):
     """Dropout keep mask of the tile (rows, col_start + [0, BLOCK_N)) of one batch x head
     slice; col_start must be a multiple of 4.

@@ -62,9 +62,9 @@ def _forward(q, k, v, problem: AttentionProblem):
         return out, lse
     dropout, strides = problem.dropout, problem.strides
     block_d = padded_head_dim(problem.head_dim, q.dtype)
-    head_dim = head_dim_bound(problem.head_dim, block_d)  # None: no column masks
     cfg = launch_kwargs("fwd", block_d, q.dtype, variant="dropout" if dropout is not None else None,
                         streamed=(k, v))
+    head_dim = head_dim_bound(problem.head_dim, block_d, cfg)  # None: no column masks
     drop_args, drop_flag = _dropout_kwargs(dropout)
     launch(flash_forward_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,
            q, k, v, out, lse, problem.sm_scale,
@@ -95,7 +95,6 @@ def _backward(q, k, v, out, lse, do, problem: AttentionProblem):
            **problem.varlen_kwargs(), **pre)
 
     group = heads // kv_heads
-    shapes = (seq_q, seq_k, head_dim)
     inputs = (*strides(q), *strides(k), *strides(v), *strides(do))
     drop_args, drop_flag = _dropout_kwargs(problem.dropout)
     common = dict(CAUSAL=problem.causal, BLOCK_D=block_d, INTERPRETED=emulate, **drop_flag,
@@ -105,13 +104,13 @@ def _backward(q, k, v, out, lse, do, problem: AttentionProblem):
     launch(dkdv_kernel, triton.cdiv(seq_k, dkdv["BLOCK_N"]), batch * kv_heads,
            q, k, v, do, lse, delta, dk, dv, problem.sm_scale,
            *inputs, *strides(dk), *strides(dv),
-           heads, kv_heads, group, *shapes, *drop_args, *variant_args,
-           STAGES=dkdv["num_stages"], **common, **dkdv)
+           heads, kv_heads, group, seq_q, seq_k, head_dim_bound(problem.head_dim, block_d, dkdv),
+           *drop_args, *variant_args, STAGES=dkdv["num_stages"], **common, **dkdv)
     dqk = launch_kwargs("bwd_dq", block_d, q.dtype, streamed=(k, v))
     launch(dq_kernel, triton.cdiv(seq_q, dqk["BLOCK_M"]), batch * heads,
            q, k, v, do, lse, delta, dq, problem.sm_scale,
-           *inputs, *strides(dq), heads, group, *shapes, *drop_args, *variant_args,
-           STAGES=dqk["num_stages"], **common, **dqk)
+           *inputs, *strides(dq), heads, group, seq_q, seq_k, head_dim_bound(problem.head_dim, block_d, dqk),
+           *drop_args, *variant_args, STAGES=dqk["num_stages"], **common, **dqk)
     return dq, dk, dv
 
 
@@ -125,8 +124,8 @@ def _total_attention(q, k, lse, problem: AttentionProblem) -> torch.Tensor:
     if seq_q == 0:
         return total.zero_()
     block_d = padded_head_dim(problem.head_dim, q.dtype)
-    head_dim = head_dim_bound(problem.head_dim, block_d)  # None: no column masks
     cfg = launch_kwargs("total", block_d, q.dtype)
+    head_dim = head_dim_bound(problem.head_dim, block_d, cfg)  # None: no column masks
     launch(total_attention_kernel, triton.cdiv(seq_k, cfg["BLOCK_N"]), batch * heads,
            q, k, lse, total, problem.sm_scale, *q.stride(), *k.stride(),
            heads, heads // kv_heads, seq_q, seq_k, head_dim, *problem.score_args(),

@@ -113,11 +113,10 @@ def dkdv_over_rows(dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols
         delta = load_row_stat(delta_base, rows, query_rows, 0.0)
 
         if HEAD_CHUNK:
-            block_d: tl.constexpr = dims.shape[0]
             raw = sliced_products(q_source, rows, stride_qm, stride_qd, query_rows, k, cols, stride_kn, stride_kd,
-                                  seq_k, head_dim, block_d, HEAD_CHUNK, INTERPRETED)
+                                  seq_k, head_dim, dims.shape[0], HEAD_CHUNK, INTERPRETED)
             dp = sliced_products(do_source, rows, stride_dom, stride_dod, query_rows, v, cols, stride_vn, stride_vd,
-                                 seq_k, head_dim, block_d, HEAD_CHUNK, INTERPRETED)
+                                 seq_k, head_dim, dims.shape[0], HEAD_CHUNK, INTERPRETED)
         else:
             raw = raw_scores(q, k, INTERPRETED)
             dp = value_gradient(do, v, INTERPRETED)
@@ -252,11 +251,10 @@ def dq_over_keys(dq, q, do, lse, delta, k_source, v_source, rows, dims, key_firs
         key_rows = seq_k if MASKED else None  # None: no bound check (blocks.below)
         k = load_rows(k_source, key_start, cols, dims, stride_kn, stride_kd, key_rows, head_dim, DESCRIPTORS)
         if HEAD_CHUNK:
-            block_d: tl.constexpr = dims.shape[0]
             raw = sliced_products(q, rows, stride_qm, stride_qd, seq_q, k_source, cols, stride_kn, stride_kd,
-                                  key_rows, head_dim, block_d, HEAD_CHUNK, INTERPRETED)
+                                  key_rows, head_dim, dims.shape[0], HEAD_CHUNK, INTERPRETED)
             dp = sliced_products(do, rows, stride_dom, stride_dod, seq_q, v_source, cols, stride_vn, stride_vd,
-                                 key_rows, head_dim, block_d, HEAD_CHUNK, INTERPRETED)
+                                 key_rows, head_dim, dims.shape[0], HEAD_CHUNK, INTERPRETED)
         else:
             v = load_rows(v_source, key_start, cols, dims, stride_vn, stride_vd, key_rows, head_dim, DESCRIPTORS)
             raw = raw_scores(q, k, INTERPRETED)

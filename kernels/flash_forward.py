@@ -151,7 +151,8 @@ def flash_forward_kernel(
             block_m * BLOCK_M, seq_q, seq_k, window_left, window_right, BLOCK_M, BLOCK_N)
         acc, row_max, row_sum, row_sum_error = attend_keys(
             q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, key_first, unmasked_start,
-            stride_qm, stride_qd, stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale, qk_scale,
+            stride_qm, stride_qd, stride_kn, stride_kd, stride_vn, stride_vd,
+            seq_q, seq_k, head_dim, sm_scale, qk_scale,
             seed_lo, seed_hi, drop_threshold, batch_head, window_left, window_right, softcap, alibi_slope,
             CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
     else:
@@ -160,12 +161,14 @@ def flash_forward_kernel(
         key_end = causal_key_end((block_m + 1) * BLOCK_M, seq_q, seq_k, CAUSAL)
     acc, row_max, row_sum, row_sum_error = attend_keys(
         q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, unmasked_start, unmasked_end,
-        stride_qm, stride_qd, stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale, qk_scale,
+        stride_qm, stride_qd, stride_kn, stride_kd, stride_vn, stride_vd,
+        seq_q, seq_k, head_dim, sm_scale, qk_scale,
         seed_lo, seed_hi, drop_threshold, batch_head, window_left, window_right, softcap, alibi_slope,
         CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, False, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
     acc, row_max, row_sum, row_sum_error = attend_keys(
         q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, unmasked_end, key_end,
-        stride_qm, stride_qd, stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale, qk_scale,
+        stride_qm, stride_qd, stride_kn, stride_kd, stride_vn, stride_vd,
+        seq_q, seq_k, head_dim, sm_scale, qk_scale,
         seed_lo, seed_hi, drop_threshold, batch_head, window_left, window_right, softcap, alibi_slope,
         CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
 

@@ -43,12 +43,17 @@ def sliced_products(a_base, a_rows, a_stride_row, a_stride_col, a_bound,
                     head_dim, BLOCK_D: tl.constexpr, HEAD_CHUNK: tl.constexpr, INTERPRETED: tl.constexpr):
     """a @ b^T, fp32, of the [a_rows, D] tile at a_base and the [b_rows, D] tile at
     b_base, read and multiplied HEAD_CHUNK columns at a time; rows at or past a bound
-    (None: none) and columns past head_dim (None: BLOCK_D) read 0, as load_tile's."""
+    (None: none) and columns past head_dim read 0, as load_tile's."""
     tl.static_assert(BLOCK_D % HEAD_CHUNK == 0, "sliced_products: HEAD_CHUNK must divide BLOCK_D")
+    tl.static_assert(head_dim is not None, "sliced_products: a sliced launch passes the head dim "
+                                           "(kernels.launch.head_dim_bound)")
     acc = tl.zeros((a_rows.shape[0], b_rows.shape[0]), dtype=tl.float32)
-    # A run-time loop, not static_range: unrolled, the compiler schedules every slice's
-    # loads up front and holds them all, which is what slicing is there to avoid.
-    for first_col in range(0, BLOCK_D, HEAD_CHUNK):
+    # A loop to the run-time head dim: unrolled, the compiler schedules every slice's loads
+    # up front and holds them all, which is what slicing is there to avoid.  With the
+    # constant bound BLOCK_D, triton 3.9 unrolled four slices (eight it kept as a loop) and
+    # triton 3.6 unrolled eight too (gfx1201 dK/dV at D = 256 spilled 48-88 B per thread;
+    # loop_unroll_factor=1 did not stop it); a trip count it cannot see it keeps as a loop.
+    for first_col in range(0, head_dim, HEAD_CHUNK):
         cols = first_col + tl.arange(0, HEAD_CHUNK)
         a = load_tile(a_base, a_rows, cols, a_stride_row, a_stride_col, a_bound, head_dim)
         b = load_tile(b_base, b_rows, cols, b_stride_row, b_stride_col, b_bound, head_dim)

@@ -33,11 +33,14 @@ def padded_head_dim(head_dim: int, dtype: torch.dtype) -> int:
     return max(smallest, triton.next_power_of_2(head_dim))
 
 
-def head_dim_bound(head_dim: int, block_d: int) -> int | None:
+def head_dim_bound(head_dim: int, block_d: int, launch: dict | None = None) -> int | None:
     """The head-dim bound a kernel masks its tiles' columns with: None where the head dim
     fills BLOCK_D (64, 128, ...), so the kernel is compiled without the column masks
-    (blocks.below); the head dim itself where BLOCK_D pads it (96, 192, fp8 d16)."""
-    return None if head_dim == block_d else head_dim
+    (blocks.below); the head dim itself where BLOCK_D pads it (96, 192, fp8 d16), and
+    always for a `launch` (launch_kwargs' result) that slices the head dim: its slice loop
+    runs to it, a trip count the compiler cannot see (kernels.head_slices says why)."""
+    sliced = launch is not None and "HEAD_CHUNK" in launch
+    return None if head_dim == block_d and not sliced else head_dim
 
 
 def launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype, tiles=("BLOCK_M", "BLOCK_N"),

@@ -52,8 +52,8 @@ def _forward(q1, k1, q2, k2, v, threshold: int, causal: bool, scale: float):
     if done:
         return out, lse
     block_d = padded_head_dim(head_dim, q1.dtype)
-    head_dim = head_dim_bound(head_dim, block_d)  # None: no column masks
     cfg = _launch_kwargs("fwd", block_d, q1.dtype)
+    head_dim = head_dim_bound(head_dim, block_d, cfg)  # None: no column masks
     launch(piecewise_forward_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,
            q1, k1, q2, k2, v, out, lse, scale, threshold,
            *q1.stride(), *k1.stride(), *q2.stride(), *k2.stride(), *v.stride(), *out.stride(),
@@ -83,21 +83,20 @@ def _backward(saved, do, threshold: int, causal: bool, scale: float):
     if seq_q == 0 or seq_k == 0:
         return tuple(g.zero_() for g in (dq1, dk1, dq2, dk2, dv))
     block_d = padded_head_dim(head_dim, q1.dtype)
-    head_dim = head_dim_bound(head_dim, block_d)  # None: no column masks
     delta = _delta(out, do, block_d)
     common = dict(CAUSAL=causal, BLOCK_D=block_d, INTERPRETED=interpreting())
     tensors = (q1, k1, q2, k2, v, do, lse, delta)
     strides = (*q1.stride(), *k1.stride(), *q2.stride(), *k2.stride(), *v.stride(), *do.stride())
-    group, shapes = heads // kv_heads, (seq_q, seq_k, head_dim)
+    group = heads // kv_heads
 
     cfg = _launch_kwargs("bwd_dkdv", block_d, q1.dtype)
     launch(piecewise_dkdv_kernel, triton.cdiv(seq_k, cfg["BLOCK_N"]), batch * kv_heads,
            *tensors, dk1, dk2, dv, scale, threshold, *strides, *dk1.stride(),
-           heads, kv_heads, group, *shapes, **common, **cfg)
+           heads, kv_heads, group, seq_q, seq_k, head_dim_bound(head_dim, block_d, cfg), **common, **cfg)
     cfg = _launch_kwargs("bwd_dq", block_d, q1.dtype)
     launch(piecewise_dq_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,
            *tensors, dq1, dq2, scale, threshold, *strides, *dq1.stride(),
-           heads, group, *shapes, **common, **cfg)
+           heads, group, seq_q, seq_k, head_dim_bound(head_dim, block_d, cfg), **common, **cfg)
     return dq1, dk1, dq2, dk2, dv
 
 

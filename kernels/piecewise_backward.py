@@ -60,12 +60,11 @@ def dkdv_piece(dk1, dk2, dv, k1, k2, v, q1_base, q2_base, do_base, lse_base, del
 
         near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
         if HEAD_CHUNK:
-            block_d: tl.constexpr = dims.shape[0]
             s = sliced_part_scores(q1_base, q2_base, rows, stride_q1m, stride_q1d, stride_q2m, stride_q2d, seq_q,
                                    k1, k2, cols, stride_k1n, stride_k1d, stride_k2n, stride_k2d, seq_k,
-                                   near, head_dim, block_d, HEAD_CHUNK, PART, INTERPRETED)
+                                   near, head_dim, dims.shape[0], HEAD_CHUNK, PART, INTERPRETED)
             dp = sliced_products(do_base, rows, stride_dom, stride_dod, seq_q, v, cols, stride_vn, stride_vd,
-                                 seq_k, head_dim, block_d, HEAD_CHUNK, INTERPRETED)
+                                 seq_k, head_dim, dims.shape[0], HEAD_CHUNK, INTERPRETED)
         else:
             s = part_scores(q1, k1, q2, k2, near, PART, INTERPRETED)
             dp = value_gradient(do, v, INTERPRETED)
@@ -95,12 +94,11 @@ def dq_piece(dq1, dq2, q1, q2, do, lse, delta, k1_base, k2_base, v_base, rows, d
                              seq_k, head_dim, PART)
         near = near_pairs(rows, cols, seq_q, seq_k, dist_threshold)
         if HEAD_CHUNK:
-            block_d: tl.constexpr = dims.shape[0]
             s = sliced_part_scores(q1, q2, rows, stride_q1m, stride_q1d, stride_q2m, stride_q2d, seq_q,
                                    k1_base, k2_base, cols, stride_k1n, stride_k1d, stride_k2n, stride_k2d, seq_k,
-                                   near, head_dim, block_d, HEAD_CHUNK, PART, INTERPRETED)
+                                   near, head_dim, dims.shape[0], HEAD_CHUNK, PART, INTERPRETED)
             dp = sliced_products(do, rows, stride_dom, stride_dod, seq_q, v_base, cols, stride_vn, stride_vd,
-                                 seq_k, head_dim, block_d, HEAD_CHUNK, INTERPRETED)
+                                 seq_k, head_dim, dims.shape[0], HEAD_CHUNK, INTERPRETED)
         else:
             v = load_tile(v_base, cols, dims, stride_vn, stride_vd, seq_k, head_dim)
             s = part_scores(q1, k1, q2, k2, near, PART, INTERPRETED)
@@ -224,16 +222,19 @@ def piecewise_dq_kernel(
     dq1, dq2 = dq_piece(dq1, dq2, q1, q2, do, lse, delta, k1_base, k2_base, v_base, rows, dims, 0, far_end,
                         stride_q1m, stride_q1d, stride_q2m, stride_q2d, stride_dom, stride_dod,
                         stride_k1n, stride_k1d, stride_k2n, stride_k2d, stride_vn, stride_vd,
-                        seq_q, seq_k, head_dim, dist_threshold, sm_scale, CAUSAL, "far", BLOCK_N, INTERPRETED, HEAD_CHUNK)
+                        seq_q, seq_k, head_dim, dist_threshold, sm_scale, CAUSAL, "far", BLOCK_N, INTERPRETED,
+                        HEAD_CHUNK)
     dq1, dq2 = dq_piece(dq1, dq2, q1, q2, do, lse, delta, k1_base, k2_base, v_base, rows, dims,
                         far_end, tl.minimum(near_start, key_end),
                         stride_q1m, stride_q1d, stride_q2m, stride_q2d, stride_dom, stride_dod,
                         stride_k1n, stride_k1d, stride_k2n, stride_k2d, stride_vn, stride_vd,
-                        seq_q, seq_k, head_dim, dist_threshold, sm_scale, CAUSAL, "both", BLOCK_N, INTERPRETED, HEAD_CHUNK)
+                        seq_q, seq_k, head_dim, dist_threshold, sm_scale, CAUSAL, "both", BLOCK_N, INTERPRETED,
+                        HEAD_CHUNK)
     dq1, dq2 = dq_piece(dq1, dq2, q1, q2, do, lse, delta, k1_base, k2_base, v_base, rows, dims, near_start, key_end,
                         stride_q1m, stride_q1d, stride_q2m, stride_q2d, stride_dom, stride_dod,
                         stride_k1n, stride_k1d, stride_k2n, stride_k2d, stride_vn, stride_vd,
-                        seq_q, seq_k, head_dim, dist_threshold, sm_scale, CAUSAL, "near", BLOCK_N, INTERPRETED, HEAD_CHUNK)
+                        seq_q, seq_k, head_dim, dist_threshold, sm_scale, CAUSAL, "near", BLOCK_N, INTERPRETED,
+                        HEAD_CHUNK)
 
     grads = head_offset(batch, head, stride_gb, stride_gh)
     store_tile(DQ1 + grads, dq1 * sm_scale, rows, dims, stride_gm, stride_gd, seq_q, head_dim, INTERPRETED)

@@ -32,7 +32,8 @@ from .piecewise_blocks import (
 
 @triton.jit
 def attend_piece(q1, q2, acc, row_max, row_sum, row_sum_error, k1_base, k2_base, v_base, rows, dims,
-                 first_key, key_stop, stride_q1m, stride_q1d, stride_q2m, stride_q2d, stride_k1n, stride_k1d, stride_k2n, stride_k2d, stride_vn, stride_vd,
+                 first_key, key_stop, stride_q1m, stride_q1d, stride_q2m, stride_q2d,
+                 stride_k1n, stride_k1d, stride_k2n, stride_k2d, stride_vn, stride_vd,
                  seq_q, seq_k, head_dim, dist_threshold, qk_scale,
                  CAUSAL: tl.constexpr, PART: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRETED: tl.constexpr,
                  HEAD_CHUNK: tl.constexpr):

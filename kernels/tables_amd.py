@@ -152,15 +152,18 @@ RDNA3_LAUNCH = {
     "fwd": table((64, _wave32(128, 32)), (128, _wave32(64, 32, 8, 16)), (256, _wave32(32, 32, 8, 32))),
     "bwd_dq": table((64, _wave32(64, 16)), (128, _wave32(64, 32, 8, 16)), (256, _SLICED_256)),
     "bwd_dkdv": table((64, _wave32(32, 16)), (128, _wave32(32, 16, 8, 16)), (256, _wave32(32, 16, 16, 32))),
+    "total": table((64, _wave32(64, 64)), (128, _wave32(64, 64, 8, 16)), (256, _wave32(32, 64, 8, 32))),
 }
 RDNA3 = TableSet("rdna3", RDNA3_LAUNCH, (WMMA_GFX11, WMMA_GFX12), 32, 49_152, 256,
                  "untuned: tiles chosen by compile-only measurements to keep fp16/bf16 vector registers "
                  "out of scratch, the head dim sliced where whole operands fill them")
 
-# Every figure above is triton 3.9's.  Triton 3.6 unrolls the eight-slice loops too, and with
-# these tables still spilled (reports/compile/README.md): gfx1201 dK/dV and piecewise dK/dV
-# and dQ at D = 256 (12-140 B per thread), gfx1100 the unsliced half-precision total attention
-# at D = 128 and 256 (68-356 B), and fp32's 16-column slices.
+# Every figure above is triton 3.9's, with the slice loops' trip count the compile-time
+# BLOCK_D.  Triton 3.6 unrolled even eight slices and spilled again (gfx1201 dK/dV and
+# piecewise dK/dV and dQ at D = 256, 12-140 B per thread; reports/compile/ at 5904c88); the
+# loops now run to the run-time head dim (kernels.head_slices), which both keep as loops.
+# RDNA3's half-precision total attention is sliced from D = 128: with triton 3.6 its whole
+# 64x64 and 32x64 tiles spilled 68-356 B (96-104 VGPRs sliced).
 
 # Richest first: a target takes the first set it can (kernels.tuning.table_set).
 AMD_SETS = (CDNA, RDNA4, RDNA3)
