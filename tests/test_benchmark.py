@@ -126,7 +126,9 @@ def test_render_command_and_the_no_gpu_message(recorded, capsys):
     assert "needs a GPU" in capsys.readouterr().err
 
 
-def _wall_clock_calls(call, reps):
+def wall_clock_calls(call, reps):
+    """The benchmark's timed calls with the CPU's wall clock instead of CUDA events (also
+    used by tests/test_benchmark_variants.py)."""
     samples = []
     for _ in range(reps):
         started = time.perf_counter()
@@ -138,7 +140,7 @@ def _wall_clock_calls(call, reps):
 @pytest.fixture
 def wall_clock(monkeypatch):
     """timing's CUDA events and synchronisation replaced by the wall clock (CPU runs)."""
-    monkeypatch.setattr(timing, "_timed_calls", _wall_clock_calls)
+    monkeypatch.setattr(timing, "_timed_calls", wall_clock_calls)
     monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda: None)
 
 

@@ -6,7 +6,6 @@ the no-GPU exit, and the measuring loop on the CPU."""
 
 import json
 import statistics
-import time
 import xml.etree.ElementTree as ElementTree
 
 import pytest
@@ -17,6 +16,7 @@ from conformance.bundled.benchmarks import (grid, implementations, run, timing, 
                                             variants_report)
 from conformance.bundled.benchmarks.timing import RepetitionPolicy
 from conformance.bundled.benchmarks.variants import Entry, Plan
+from tests.test_benchmark import wall_clock_calls
 
 SVG = "{http://www.w3.org/2000/svg}"
 NAMES = ["bundled causal", "bundled window 1024", "flex window 1024", "bundled window 4096", "flex window 4096",
@@ -294,15 +294,6 @@ def test_render_of_a_folder_without_results_and_the_no_gpu_exit(tmp_path, capsys
 
 # ----------------------------------------------------------------------------- the loop, on the CPU
 
-def _wall_clock_calls(call, reps):
-    samples = []
-    for _ in range(reps):
-        started = time.perf_counter()
-        call()
-        samples.append((time.perf_counter() - started) * 1e3)
-    return samples
-
-
 def test_the_measuring_loop_on_the_cpu(tmp_path, monkeypatch):
     """run_variants end to end with CPU stand-ins for the device (wall-clock timing, no
     memory statistics): every bundled variant measured on the interpreter, forward and
@@ -311,7 +302,7 @@ def test_the_measuring_loop_on_the_cpu(tmp_path, monkeypatch):
     others; the report rendered from what was written."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    monkeypatch.setattr(timing, "_timed_calls", _wall_clock_calls)
+    monkeypatch.setattr(timing, "_timed_calls", wall_clock_calls)
     monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(run, "DEVICE", "cpu")
     monkeypatch.setattr(run, "peak_bytes", lambda call: (call(), 0)[1])

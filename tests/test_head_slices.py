@@ -81,3 +81,12 @@ def test_rdna_tables_slice_where_the_operands_fill_the_registers_and_nowhere_els
         for kernel in tuning_space.KERNELS:
             for head_dim in (64, 128, 256):
                 assert tuning.launch_config(kernel, head_dim, "fp16", target).head_chunk is None
+
+
+def test_only_kernels_that_take_a_slice_are_given_one():
+    """A launch passes HEAD_CHUNK wherever a table sets head_chunk: a table that set it for a
+    kernel without the parameter would fail at launch, on hardware nobody here has."""
+    for table_set in (*tuning.NVIDIA_SETS, *tuning.AMD_SETS):
+        for role, launch_table in table_set.tables.items():
+            if any(config.head_chunk is not None for _, config in launch_table.rows):
+                assert role.split(".")[0] in tuning_space.SLICING, (table_set.name, role)
