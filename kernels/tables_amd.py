@@ -77,14 +77,14 @@ def _wave32(block_m: int, block_n: int, num_warps: int = 8, head_chunk: int | No
 
 
 # fp32 on RDNA: no fp32 WMMA, so FMA dots, where each thread holds whole rows of both
-# operands; whole tiles stay in registers up to D = 64 (VGPRs, gfx1201, causal with dropout:
-# forward and dQ 32x16 with 16 waves, 166 and 229).  Above, every whole tile spilled (0.6 to
-# 3.5 KB per thread at 128 and 256, the CDNA tiles 0.5-4.5 KB in every kernel but the delta
-# pre-pass; in git history), and with the head dim sliced none does (compile-only, triton 3.9,
-# gfx1100 and gfx1201, every variant): 16x16 tiles with 8 waves, forward 123-169 VGPRs, dQ
-# 118-192, dK/dV 187-248, total 93-94; piecewise dK/dV and dQ sliced from D = 64 (whole
-# 16x16 tiles spilled 60-304 B there).  Triton 3.2 gave whole-tile fp32 dK/dV at D = 256
-# 67,584 B of LDS, over RDNA's 64 KiB (3.9: 33,792).
+# operands.  Whole tiles spilled in every kernel from D = 128 (0.6 to 3.5 KB per thread; the
+# CDNA tiles 0.5-4.5 KB in every kernel but the delta pre-pass; in git history) and, with
+# triton 3.6, the dQ and piecewise forward at D = 64 (40-172 B) and total attention at 128
+# (672 B).  Sliced, 16x16 tiles with 8 waves spill in none (compile-only, gfx1100, triton 3.6
+# and 3.9, every variant): forward 123-169 VGPRs, dQ 67-183, dK/dV 187-248, total 46-61;
+# the piecewise dK/dV at D = 256 with 16 waves (8 spilled 72-124 B in its causal variant with
+# triton 3.6).  The forward keeps its whole 32x16 tile with 16 waves at D = 64 (166 VGPRs).
+# Triton 3.2 gave whole-tile fp32 dK/dV at D = 256 67,584 B of LDS, over RDNA's 64 KiB (3.9: 33,792).
 def _fp32_sliced(at_64: LaunchConfig) -> LaunchTable:
     """An fp32 table of a slicing kernel: `at_64` up to D = 64, 16x16 tiles with the head dim
     sliced in eight above (16 columns at 128, 32 at 256)."""
@@ -93,11 +93,12 @@ def _fp32_sliced(at_64: LaunchConfig) -> LaunchTable:
 
 RDNA_FP32 = {
     "fwd.fp32": _fp32_sliced(_wave32(32, 16, 16)),
-    "bwd_dq.fp32": _fp32_sliced(_wave32(32, 16, 16)),
+    "bwd_dq.fp32": _fp32_sliced(_wave32(16, 16, 8, 16)),
     "bwd_dkdv.fp32": _fp32_sliced(_wave32(16, 16, 8, 16)),
-    "total.fp32": table((128, _wave32(32, 16)), (256, _wave32(16, 16, 8, 32))),
-    "piecewise_fwd.fp32": _fp32_sliced(_wave32(32, 16, 16)),
-    "piecewise_bwd_dkdv.fp32": _fp32_sliced(_wave32(16, 16, 8, 16)),
+    "total.fp32": table((64, _wave32(32, 16)), (128, _wave32(16, 16, 8, 16)), (256, _wave32(16, 16, 8, 32))),
+    "piecewise_fwd.fp32": _fp32_sliced(_wave32(16, 16, 8, 16)),
+    "piecewise_bwd_dkdv.fp32": table((64, _wave32(16, 16, 8, 16)), (128, _wave32(16, 16, 8, 16)),
+                                     (256, _wave32(16, 16, 16, 32))),
     "piecewise_bwd_dq.fp32": _fp32_sliced(_wave32(16, 16, 8, 16)),
 }
 

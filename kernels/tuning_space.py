@@ -36,8 +36,8 @@ _FP32 = dict(block_m=(16, 32, 64), block_n=(16, 32), num_warps=(4, 8), num_stage
 _PREPROCESS = dict(block_m=(32, 64, 128), block_n=(64,), num_warps=(4,), num_stages=(1,))
 # RDNA (32-wide waves, 256 VGPRs per work-item): the tiles its tables choose among
 # (kernels.tables_amd: the forward's 128x64 at small head dims down to 16x16 where the
-# backward kernels' operands fill the registers), 4 to 16 waves (16 keep the most of
-# them in registers at D = 256), one stage (RDNA has no asynchronous copies to overlap), no
+# backward kernels' operands fill the registers), 4 to 16 waves (16 kept the most of
+# them in registers at D = 256 before the head dim was sliced), one stage (RDNA has no asynchronous copies to overlap), no
 # waves_per_eu; fp32 (FMA dots) in the small tiles its tables take.
 # Each with the head dim sliced in 16 or 32 columns (the RDNA tables' choices at D = 128 and
 # 256) or not (None), where the kernel can (SLICING).
