@@ -13,6 +13,7 @@
 #   sweep-cuda    the compile-only tier, sweep scope, for the NVIDIA targets (CPU only)
 #   sweep-sm120   the sweep scope for sm_120 alone (sweep-cuda's last target, where a call ran out)
 #   sweep-cdna    the compile-only tier, sweep scope, for the CDNA targets (CPU only)
+#   sweep-gfx950  the sweep scope for gfx950 alone (sweep-cdna's last target, where a call ran out)
 #   sweep-rdna    the compile-only tier, sweep scope, for the RDNA targets (CPU only)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +39,8 @@ for name in "$@"; do
                    --out "$RUNS/$name" ;;
     sweep-cdna) packed_step "$name" python -m conformance compile --scope sweep -n 16 --target "$CDNA" \
                   --out "$RUNS/$name" ;;
+    sweep-gfx950) packed_step "$name" python -m conformance compile --scope sweep -n 16 --target gfx950 \
+                    --out "$RUNS/$name" ;;
     sweep-rdna) packed_step "$name" python -m conformance compile --scope sweep -n 16 --target "$RDNA" \
                   --out "$RUNS/$name" ;;
     *) echo "unknown step $name" | tee -a "$RUNS/steps.log" ;;
