@@ -7,6 +7,7 @@ shape, with one input seed. Its `id` is stable across runs, machines and version
     flash_attention.bwd[bf16,d128,causal,B2,H8,Hkv2,Sq509,Sk1024,seed0]
     flash_attention.fwd[fp16,d64,noncausal,B1,H2,Hkv2,Sq77,Sk133,lse,seed0]
     flash_attention_varlen.bwd[bf16,d64,causal,B1000,H4,Hkv1,Sq128,Sk128,win128_0,lens=mixed,seed0]
+    kv_cache_attention.fwd[fp16,d128,causal,B8,H32,Hkv8,Sq4,Sk4096,lens=mixed,page16,splits4,append,seed0]
 
 Tiers are data too: a tier (conformance/cases/tiers.py) is a list of grids (axis ->
 values) expanded here by Cartesian product, deduplicated, in first-seen order.
@@ -26,11 +27,19 @@ from conformance.bundled.kernels.targets import FP8, HIGH_PRECISION
 from conformance.bundled.kernels.tuning_space import CONFIG_PATTERN
 from conformance.cases.variants import LENGTH_PATTERNS
 
-OPS = ("flash_attention", "piecewise_attention", "flash_attention_varlen")
-# The operators of FlashAttention-2's attention variants (window, softcap, ALiBi): flash_attention
-# and its variable-length (packed) form, whose case's `batch` counts sequences.
-FLASH_OPS = ("flash_attention", "flash_attention_varlen")
+OPS = ("flash_attention", "piecewise_attention", "flash_attention_varlen", "kv_cache_attention")
+# The operators of FlashAttention-2's attention variants (window, softcap, ALiBi): flash_attention,
+# its variable-length (packed) form, whose case's `batch` counts sequences, and KV-cache decoding.
+FLASH_OPS = ("flash_attention", "flash_attention_varlen", "kv_cache_attention")
 VARLEN_OP = "flash_attention_varlen"
+# KV-cache decoding (FlashAttention-2's flash_attn_with_kvcache): Sq new query tokens of each of
+# `batch` sequences against that sequence's cache of at most Sk keys (conformance.cases.kv_cache).
+KV_CACHE_OP = "kv_cache_attention"
+# The length patterns of a KV-cache case's cache lengths (conformance.cases.variants).
+KV_CACHE_LENGTHS = ("equal", "mixed")
+# The block-table orders of a paged cache (conformance.judging.kv_cache): pages in a seeded
+# shuffle, or a prefix of pages shared by several sequences (a common prompt).
+BLOCK_TABLES = ("shuffled", "shared")
 DIRECTIONS = ("fwd", "bwd")
 DTYPES = HIGH_PRECISION + FP8
 # 8-bit inputs: forward only (no backward kernel), output in fp16.
@@ -85,6 +94,13 @@ FEATURES = (
     Feature("alibi", None, r"(alibi|alibi_bh)", {"alibi": "h", "alibi_bh": "bh"}.get,
             {"h": "alibi", "bh": "alibi_bh"}.get),
     Feature("lens", None, rf"lens=({'|'.join(LENGTH_PATTERNS)})", str),
+    # KV-cache decoding: a paged cache's page size (absent: a contiguous cache), the forced
+    # number of key splits (absent: the kernel's heuristic), the block table's order (absent:
+    # sequential pages), and new keys/values appended to the cache by the call.
+    Feature("page", None, r"page(\d+)", int),
+    Feature("splits", 0, r"splits(\d+)", int),
+    Feature("table", None, rf"table=({'|'.join(BLOCK_TABLES)})", str),
+    Feature("append", False, r"append"),
 )
 _VALUES, _CONFIG = (next(f for f in FEATURES if f.field == name) for name in ("values", "config"))
 # The bundled kernels a case's call launches (the launch-table names, kernels.tuning):
@@ -98,6 +114,8 @@ KERNELS_LAUNCHED = {
     # and until they are listed here no `cfg=` token is valid for the varlen operator.
     ("flash_attention_varlen", "fwd"): (),
     ("flash_attention_varlen", "bwd"): (),
+    ("kv_cache_attention", "fwd"): (),
+    ("kv_cache_attention", "bwd"): (),
 }
 # Values `bad_input` can plant in the first query tensor (see conformance.cases.inputs).
 BAD_INPUTS = ("nan", "inf")
@@ -126,9 +144,18 @@ class Case:
     softcap: c > 0 caps every scaled score as c * tanh(s / c); 0.0 for none. `softcap30`.
     alibi: "h" for ALiBi slopes of shape (H,), "bh" for per-sequence slopes (B, H)
         (conformance.cases.variants.alibi_slope_values); None for none. `alibi`, `alibi_bh`.
-    lens: the length pattern of a flash_attention_varlen case (required by that op and
-        only by it): `batch` sequences of at most seq_q queries and seq_k keys, lengths
-        drawn from the case (conformance.cases.variants). `lens=mixed`.
+    lens: the length pattern of a flash_attention_varlen case: `batch` sequences of at
+        most seq_q queries and seq_k keys, lengths drawn from the case
+        (conformance.cases.variants). `lens=mixed`. A kv_cache_attention case's pattern of
+        cache lengths (equal or mixed; every sequence has seq_q new queries).
+    page: kv_cache_attention's page size (a paged cache with a block table); None for a
+        contiguous (B, Sk, Hkv, D) cache. `page16`.
+    splits: kv_cache_attention's forced number of key splits (num_splits); 0 for the
+        kernel's own heuristic. `splits4`.
+    table: the block table's order, "shuffled" or "shared" (a prefix of pages shared by
+        sequences); None for sequential pages. `table=shuffled`.
+    append: kv_cache_attention is given the seq_q new tokens' keys and values (k_new,
+        v_new) to write into the cache at each sequence's cache length before attending.
     """
 
     op: str
@@ -154,6 +181,10 @@ class Case:
     softcap: float = 0.0
     alibi: str | None = None
     lens: str | None = None
+    page: int | None = None
+    splits: int = 0
+    table: str | None = None
+    append: bool = False
 
     def __post_init__(self):
         if isinstance(self.window, list):  # a results line's JSON list
@@ -265,8 +296,8 @@ def _variant_problem(case: Case) -> str | None:
         return f"alibi must be 'h' (slopes (H,)), 'bh' (slopes (B, H)) or None, got {case.alibi!r}"
     if case.op not in FLASH_OPS and (window is not None or case.softcap or case.alibi is not None):
         return f"window, softcap and alibi are {' and '.join(FLASH_OPS)}'s variants, not {case.op}'s"
-    if (case.op == VARLEN_OP) != (case.lens is not None):
-        return f"lens (the length pattern) is required by {VARLEN_OP} and only by it"
+    if (case.op in (VARLEN_OP, KV_CACHE_OP)) != (case.lens is not None):
+        return f"lens (the length pattern) is required by {VARLEN_OP} and {KV_CACHE_OP} and only by them"
     if case.lens is not None and case.lens not in LENGTH_PATTERNS:
         return f"lens must be one of {', '.join(LENGTH_PATTERNS)}, got {case.lens!r}"
     if case.lens == "paired" and case.seq_q != case.seq_k:
@@ -274,6 +305,30 @@ def _variant_problem(case: Case) -> str | None:
     if case.op == VARLEN_OP and (case.total or case.layout != "bhsd" or case.bad_input is not None):
         return (f"{VARLEN_OP} has no total attention, takes packed (total, H, D) inputs (no layout) "
                 "and plants no NaN/Inf input (it could land in padding)")
+    return _kv_cache_problem(case)
+
+
+def _kv_cache_problem(case: Case) -> str | None:
+    """What is wrong with a case's KV-cache fields (page, splits, table, append)."""
+    kv_fields = case.page is not None or case.splits or case.table is not None or case.append
+    if case.op != KV_CACHE_OP:
+        return f"page, splits, table and append are {KV_CACHE_OP}'s, not {case.op}'s" if kv_fields else None
+    if case.direction != "fwd" or case.dtype in FP8_DTYPES:
+        return f"{KV_CACHE_OP} is forward only, with fp16, bf16 or fp32 queries and caches"
+    if case.lens not in KV_CACHE_LENGTHS:
+        return f"{KV_CACHE_OP} needs lens (its cache lengths) of {', '.join(KV_CACHE_LENGTHS)}, got {case.lens!r}"
+    if case.total or case.dropout or case.layout != "bhsd" or case.bad_input is not None:
+        return f"{KV_CACHE_OP} has no total attention, dropout, layout or NaN/Inf inputs"
+    if case.page is not None and (not isinstance(case.page, int) or case.page < 1):
+        return f"page (the page size) must be a positive int, got {case.page!r}"
+    if not isinstance(case.splits, int) or isinstance(case.splits, bool) or not 0 <= case.splits <= 64:
+        return f"splits must be an int in [0, 64] (0: the kernel's heuristic), got {case.splits!r}"
+    if case.table not in (None, *BLOCK_TABLES):
+        return f"table must be one of {', '.join(BLOCK_TABLES)} or None, got {case.table!r}"
+    if case.table is not None and case.page is None:
+        return "table (the block table's order) needs a paged cache (page)"
+    if case.append and case.seq_k < case.seq_q:
+        return "append writes Sq new tokens into a cache of at most Sk: it needs Sk >= Sq"
     return None
 
 

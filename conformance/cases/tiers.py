@@ -4,15 +4,16 @@
     standard  the GPU default
     full      standard plus long sequences
 
-FlashAttention-2's variants (window, softcap, ALiBi, flash_attention_varlen) have grids of
-their own, appended to each tier so that the cases before them keep their order.
+FlashAttention-2's variants (window, softcap, ALiBi, flash_attention_varlen) and KV-cache
+decoding (conformance.cases.kv_cache_tiers) have grids of their own, appended to each tier so
+that the cases before them keep their order.
 
 `cases(name)` expands a tier.
 """
 
 from __future__ import annotations
 
-from conformance.cases import sweep
+from conformance.cases import kv_cache_tiers, sweep
 from conformance.cases.catalog import BAD_INPUTS, FP8_DTYPES, VARLEN_OP as VARLEN, Case, Grid, expand_tier
 
 BOTH_DIRECTIONS = ("fwd", "bwd")
@@ -309,9 +310,9 @@ LONG_VARIANTS: tuple[Grid, ...] = (
 )
 
 TIERS: dict[str, tuple[Grid, ...]] = {
-    "smoke": SMOKE + SMOKE_VARIANTS,
-    "standard": STANDARD + STANDARD_VARIANTS,
-    "full": STANDARD + STANDARD_VARIANTS + LONG + LONG_VARIANTS,
+    "smoke": SMOKE + SMOKE_VARIANTS + kv_cache_tiers.SMOKE,
+    "standard": STANDARD + STANDARD_VARIANTS + kv_cache_tiers.STANDARD,
+    "full": STANDARD + STANDARD_VARIANTS + kv_cache_tiers.STANDARD + LONG + LONG_VARIANTS + kv_cache_tiers.LONG,
 }
 
 

@@ -20,6 +20,10 @@ Python version), so a case id fixes them:
     paired   len_q = len_k per sequence (self-attention of ragged documents; needs Sq == Sk)
     mixed    len_q and len_k drawn independently in [0, Sq] and [0, Sk]
 
+A KV-cache case (kv_cache_attention) is a batch of `batch` sequences, each with Sq new queries
+and a context of at most Sk keys: `equal` gives every sequence Sk keys, `mixed` draws the
+context lengths (`_context_lengths`).
+
 `paired` and `mixed` plant the lengths that break kernels, as many as the batch holds, at
 hash-chosen positions: the max lengths first, then a sequence with no keys (its rows see
 no key: out 0, lse -inf), one with no queries (two equal offsets in cu_seqlens_q), one
@@ -30,6 +34,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+
+KV_CACHE_OP = "kv_cache_attention"  # conformance.cases.catalog's; the catalog imports this module
 
 LENGTH_PATTERNS = ("equal", "paired", "mixed")
 
@@ -53,6 +59,8 @@ def sequence_lengths(case) -> tuple[tuple[int, ...], tuple[int, ...]]:
     if case.lens in (None, "equal"):
         return (seq_q,) * batch, (seq_k,) * batch
     key = f"{case.data_key}|seed{case.seed}"
+    if case.op == KV_CACHE_OP:
+        return (seq_q,) * batch, _context_lengths(case, key)
     if case.lens == "paired":
         lengths = [_draw(key, b, "len", seq_q) for b in range(batch)]
         planted = [seq_q, 0, 1]
@@ -71,6 +79,20 @@ def sequence_lengths(case) -> tuple[tuple[int, ...], tuple[int, ...]]:
         if length_k == 0:
             queries[position] = max(1, queries[position])  # rows that see no key need rows
     return tuple(queries), tuple(keys)
+
+
+def _context_lengths(case, key: str) -> tuple[int, ...]:
+    """A KV-cache case's context lengths (the keys each sequence attends to), `mixed`: drawn in
+    [shortest, Sk], where shortest is Sq when the call appends Sq new tokens (an empty cache
+    then), else 0; planted: the full cache, the shortest, one more than the shortest (a
+    cache of one token), and one just past a power of two (the first key of a fresh tile)."""
+    shortest = case.seq_q if case.append else 0
+    lengths = [shortest + _draw(key, b, "context", case.seq_k - shortest) for b in range(case.batch)]
+    just_past_tile = (1 << max(0, (case.seq_k - 1).bit_length() - 1)) + 1
+    planted = [case.seq_k, shortest, shortest + 1, min(case.seq_k, max(shortest, just_past_tile))]
+    for position, length in zip(_planted_positions(key, case.batch), planted):
+        lengths[position] = length
+    return tuple(lengths)
 
 
 def visible_keys(row: int, seq_q: int, seq_k: int, causal: bool, window, top_left: bool = False):

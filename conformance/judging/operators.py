@@ -15,7 +15,7 @@ import torch
 
 from conformance.cases.catalog import Case
 from conformance.cases.inputs import dropout_seed
-from conformance.judging import returns, varlen
+from conformance.judging import kv_cache, kv_cache_calls, returns, varlen
 from conformance.judging.variant_options import alibi_reach, kernel_options, reference_options
 from conformance.judging.conventions import DEFAULT as DEFAULT_CONVENTIONS, Conventions
 from conformance.judging.returns import Returned
@@ -46,6 +46,9 @@ class Operator:
     padding_rows: (case, device) -> bool mask broadcasting to lse, of the query rows that are
               padding rather than rows of the problem (flash_attention_varlen), or None: a
               declared lse of empty rows applies to real rows only
+    adapt:    (implementation, its declared Capabilities or None) -> a callable taking `call`'s
+              arguments: where an operator has several calling conventions in use
+              (kv_cache_attention: conformance.judging.kv_cache_calls), the declared one
     """
 
     name: str
@@ -59,6 +62,7 @@ class Operator:
     causal_alignments: tuple = ("bottom_right",)
     delta_noise: Callable = lambda case, inputs, do, dropout, conventions=DEFAULT_CONVENTIONS: None
     padding_rows: Callable = lambda case, device: None
+    adapt: Callable = lambda function, declaration: function
 
     def gradient_names(self) -> list[str]:
         return [f"d{name}" for name in self.inputs]
@@ -254,4 +258,42 @@ FLASH_ATTENTION_VARLEN = Operator(
     padding_rows=varlen.padding_rows,
 )
 
-OPERATORS = {op.name: op for op in (FLASH_ATTENTION, PIECEWISE_ATTENTION, FLASH_ATTENTION_VARLEN)}
+# --------------------------------------------------------------------------- kv_cache_attention
+
+def _kv_cache_call(function, case: Case, inputs: dict, seed_offset: bool = False):
+    """The case's cache built and handed over (conformance.judging.kv_cache); forced splits and
+    the variants only when the case uses them."""
+    options = dict(causal=case.causal, **kernel_options(case, inputs["q"].device))
+    if case.splits:
+        options["num_splits"] = case.splits
+    if case.lse:
+        options["return_log_normalizer"] = True
+    return kv_cache.call(function, case, inputs, options)
+
+
+def _kv_cache_torch_path(case: Case, inputs: dict, do, precision, dropout,
+                         conventions: Conventions = DEFAULT_CONVENTIONS) -> dict:
+    """The varlen reference over the effective keys (a shared prefix is its owner's), with each
+    sequence's Sq queries against its context length; the cache: nothing may differ."""
+    from conformance.bundled.reference import attention_forward
+
+    q = inputs["q"]
+    k, v = (kv_cache.effective(case, inputs[name]) for name in ("k", "v"))
+    out, lse = attention_forward(q, k, v, causal=case.causal, precision=precision,
+                                 **reference_options(case, q.device))
+    tensors = {"out": out, "lse": lse, "cache": kv_cache.untouched_cache(case, q.device)}
+    return {name: tensors[name] for name in kv_cache.output_names(case)}
+
+
+KV_CACHE_ATTENTION = Operator(
+    name="kv_cache_attention",
+    inputs={"q": "q", "k": "kv", "v": "kv"},
+    call=_kv_cache_call,
+    outputs=kv_cache.outputs,
+    torch_path=_kv_cache_torch_path,
+    term_sizes=_flash_term_sizes,
+    adapt=kv_cache_calls.in_kvcache_form,
+)
+
+OPERATORS = {op.name: op for op in (FLASH_ATTENTION, PIECEWISE_ATTENTION, FLASH_ATTENTION_VARLEN,
+                                    KV_CACHE_ATTENTION)}

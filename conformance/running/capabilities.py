@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from conformance.cases.catalog import BAD_INPUTS, DIRECTIONS, DTYPES, LAYOUTS, OPS, Case
+from conformance.cases.catalog import BAD_INPUTS, DIRECTIONS, DTYPES, KV_CACHE_OP, LAYOUTS, OPS, VARLEN_OP, Case
 from conformance.cases.variants import has_empty_rows, has_unequal_lengths
 from conformance.judging.conventions import CHOICES as CONVENTION_CHOICES, Conventions
+from conformance.judging.kv_cache_calls import IMPLIED, IMPLIED_REASON
 from conformance.judging.operators import OPERATORS
 
 try:
@@ -56,6 +57,19 @@ class Capabilities:
     window, softcap, alibi: FlashAttention-2's variants (window_size, softcap, alibi_slopes)
     varlen:             variable-length (packed) batches: the flash_attention_varlen operator
     max_seq_q, max_seq_k, max_batch_heads: size limits (None: none)
+    kv_cache_attention (conformance.judging.kv_cache_calls converts a case into each form):
+    kv_signature:       how it is called: "kvcache" (FlashAttention-2's flash_attn_with_kvcache
+                        order, the bundled operator's), "paged_attention" (FlagAttention's and
+                        vLLM's: query, key_cache, value_cache, context_lens, block_tables, scale,
+                        max_context_len, num_splits) or "split_kv" (FlagAttention's
+                        flash_attention_split_kv: dense q, k, v, causal, sm_scale)
+    cache_layout:       a paged cache's page layout: "page_major" (num_pages, page_size, Hkv, D)
+                        or "head_major" (num_pages, Hkv, page_size, D)
+    contiguous, paged:  the cache forms it takes: (B, Smax, Hkv, D), or pages and a block table
+    page_sizes:         the page sizes it takes (None: any)
+    max_splits:         the largest forced num_splits it takes (0: no num_splits argument)
+    append:             k_new/v_new written into the cache by the call
+    cache_lengths:      a cache length per sequence (false: every sequence attends to all Sk keys)
     """
 
     dtypes: tuple | None = None
@@ -82,6 +96,14 @@ class Capabilities:
     max_seq_q: int | None = None
     max_seq_k: int | None = None
     max_batch_heads: int | None = None
+    kv_signature: str = "kvcache"
+    cache_layout: str = "page_major"
+    contiguous: bool = True
+    paged: bool = True
+    page_sizes: tuple | None = None
+    max_splits: int | None = None
+    append: bool = True
+    cache_lengths: bool = True
     reason: str = ""
     reasons: dict = field(default_factory=dict)
 
@@ -133,10 +155,23 @@ def _problems(caps: Capabilities, case: Case):
     yield "window", case.window is not None and not caps.window and "no sliding window (window_size)"
     yield "softcap", case.softcap and not caps.softcap and "no softcap"
     yield "alibi", case.alibi is not None and not caps.alibi and "no ALiBi (alibi_slopes)"
-    yield "varlen", case.lens is not None and not caps.varlen and "no variable-length (packed) batches"
+    yield "varlen", case.op == VARLEN_OP and not caps.varlen and "no variable-length (packed) batches"
     yield "max_seq_q", _over("Sq", case.seq_q, caps.max_seq_q)
     yield "max_seq_k", _over("Sk", case.seq_k, caps.max_seq_k)
     yield "max_batch_heads", _over("batch*heads", batch_heads, caps.max_batch_heads)
+    if case.op == KV_CACHE_OP:
+        yield from _kv_cache_problems(caps, case)
+
+
+def _kv_cache_problems(caps: Capabilities, case: Case):
+    """(key, problem or None) for the KV-cache keys."""
+    yield "contiguous", case.page is None and not caps.contiguous and "no contiguous cache (paged only)"
+    yield "paged", case.page is not None and not caps.paged and "no paged cache (block_table)"
+    yield "page_sizes", case.page is not None and _not_in("page size", case.page, caps.page_sizes)
+    yield "max_splits", case.splits and _over("num_splits", case.splits, caps.max_splits)
+    yield "append", case.append and not caps.append and "no k_new/v_new (appending to the cache)"
+    yield "cache_lengths", (case.lens != "equal" and not caps.cache_lengths
+                            and "no cache length per sequence (every sequence attends to all Sk keys)")
 
 
 def _empty_rows_problem(case: Case) -> str:
@@ -158,8 +193,12 @@ def _over(what: str, value: int, limit: int | None) -> str | None:
 # --------------------------------------------------------------------------- parsing
 
 _CHOICES = {"dtypes": DTYPES, "directions": DIRECTIONS, "layouts": LAYOUTS, "bad_inputs": BAD_INPUTS}
+# Keys of one value from a fixed set.
+KV_SIGNATURES = ("kvcache", "paged_attention", "split_kv")
+CACHE_LAYOUTS = ("page_major", "head_major")
+_ONE_OF = {"kv_signature": KV_SIGNATURES, "cache_layout": CACHE_LAYOUTS}
 _BOOLS = ("causal", "noncausal", "gqa", "mqa", "unequal_lengths", "empty_rows", "dropout", "lse", "total",
-          "window", "softcap", "alibi", "varlen")
+          "window", "softcap", "alibi", "varlen", "contiguous", "paged", "append", "cache_lengths")
 _LIMITS = ("max_seq_q", "max_seq_k", "max_batch_heads")
 KEYS = tuple(item.name for item in fields(Capabilities))
 
@@ -174,17 +213,36 @@ def from_mapping(mapping, where: str) -> Capabilities:
     if unknown:
         raise ValueError(f"{where}: unknown capability {unknown[0]!r} (known: {', '.join(KEYS)})")
     values = {key: _value(key, value, where) for key, value in mapping.items()}
+    _add_implied(values)
     unknown_reasons = sorted(set(values.get("reasons", {})) - set(KEYS))
     if unknown_reasons:
         raise ValueError(f"{where}: reasons.{unknown_reasons[0]}: not a capability (known: {', '.join(KEYS)})")
     return Capabilities(**values)
 
 
+def _add_implied(values: dict) -> None:
+    """What a declared KV-cache calling convention cannot take (kv_cache_calls.IMPLIED), under
+    the keys the declaration gives itself, each with the convention's reason."""
+    signature = values.get("kv_signature", "kvcache")
+    implied = {key: value for key, value in IMPLIED[signature].items() if key not in values}
+    if implied:
+        values.update(implied)
+        values["reasons"] = {**{key: IMPLIED_REASON[signature] for key in implied}, **values.get("reasons", {})}
+
+
 def _value(key: str, value, where: str):
     label = f"{where}: {key}"
     if key in _CHOICES:
         return _choice_list(label, value, _CHOICES[key])
-    if key == "head_dims":
+    if key in _ONE_OF:
+        if value not in _ONE_OF[key]:
+            raise ValueError(f"{label}: expected one of {', '.join(_ONE_OF[key])}, got {value!r}")
+        return value
+    if key == "max_splits":
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{label}: expected an int >= 0 (0: no num_splits argument), got {value!r}")
+        return value
+    if key in ("head_dims", "page_sizes"):
         if not _is_list_of(value, int) or any(item < 1 for item in value):
             raise ValueError(f"{label}: expected a list of positive ints, got {value!r}")
         return tuple(value)

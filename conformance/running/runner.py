@@ -177,7 +177,7 @@ def _judge(case: Case, device: str, implementations: Implementations, check_dete
         inputs = make_inputs(case, device, op.inputs, distribution)
     check_determinism = check_determinism and case.direction == "fwd"
     try:
-        function = implementations.resolve(case.op)
+        function = op.adapt(implementations.resolve(case.op), implementations.capabilities(case.op)[0])
         mask_function = implementations.dropout_mask(case.op)
     except Exception as exc:  # the user's --kernel module does not import
         return {"rule_verdict": verdicts.ERROR, **error_fields(exc, prefix="importing the implementation: ")}
@@ -305,9 +305,9 @@ class _Launch:
 
 def expected_dtype(case: Case, name: str) -> str:
     """The dtype a tensor must come back in (and whose rounding the rule's floor allows):
-    lse and total are fp32 statistics; the rest are what the same-precision torch path
+    lse, total and cache are fp32 statistics; the rest are what the same-precision torch path
     returns for the case's inputs (the input dtype; fp16 for fp8 inputs)."""
-    if name in ("lse", "total"):
+    if name in ("lse", "total", "cache"):  # cache: kv_cache_attention's count of differing elements
         return "fp32"
     return DTYPE_NAMES[MATCHED.output_dtype_for(TORCH_DTYPES[case.dtype])]
 

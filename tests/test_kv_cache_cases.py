@@ -1,0 +1,98 @@
+"""kv_cache_attention judged end to end (`python -m conformance run`) on the plain-torch doubles
+of tests/kv_cache_doubles.py: the exact double passes every KV-cache case of the smoke tier;
+each deliberately wrong double fails where its fault shows (a key read past a sequence's
+length; new tokens written one slot late, seen in the cache check alone; NaN for an empty
+context); kernels of FlagAttention's calling conventions are judged through their declared
+`kv_signature` and `cache_layout`, and what a convention cannot express is `unsupported`."""
+
+import pytest
+
+from conformance.cases.catalog import Case, expand_tier
+from conformance.cases.kv_cache_tiers import SMOKE
+from conformance.cli import main
+from conformance.running.results import read_results
+
+DOUBLES = "tests.kv_cache_doubles"
+SMOKE_IDS = [case.id for case in expand_tier(SMOKE)]
+MIXED_SPLITS = "kv_cache_attention.fwd[fp16,d32,causal,B5,H4,Hkv1,Sq4,Sk80,lse,lens=mixed,splits3,seed0]"
+PAGED_SHUFFLED = "kv_cache_attention.fwd[bf16,d64,noncausal,B4,H8,Hkv2,Sq1,Sk100,lens=mixed,page16,table=shuffled,seed0]"
+APPEND_SHARED = ("kv_cache_attention.fwd[fp16,d32,causal,B3,H4,Hkv4,Sq2,Sk150,lse,lens=mixed,page64,splits2,"
+                 "table=shared,append,seed0]")
+EQUAL_CONTIGUOUS = "kv_cache_attention.fwd[fp16,d32,causal,B2,H4,Hkv2,Sq3,Sk40,lens=equal,seed0]"
+
+
+def run(tmp_path, double: str, *case_ids: str, capabilities=None) -> tuple[int, dict]:
+    """(exit code, case id -> results line) of one run of the double named."""
+    out = tmp_path / double
+    argv = ["run", "--out", str(out), "--kernel", f"kv_cache_attention={DOUBLES}:{double}"]
+    if capabilities:
+        argv += ["--capabilities", str(capabilities)]
+    for case_id in case_ids:
+        argv += ["--case", case_id]
+    code = main(argv)
+    return code, {line["case"]: line for line in read_results(out) if line.get("kind", "case") == "case"}
+
+
+def tensors(line: dict) -> dict:
+    return {tensor["name"]: tensor for tensor in line["tensors"]}
+
+
+def test_the_exact_double_passes_every_kv_cache_case_of_the_smoke_tier(tmp_path):
+    code, lines = run(tmp_path, "kv_cache_attention", *SMOKE_IDS)
+    assert {case_id: line["verdict"] for case_id, line in lines.items()} == {case_id: "pass" for case_id in SMOKE_IDS}
+    assert code == 0
+    assert set(tensors(lines[APPEND_SHARED])) == {"out", "lse", "cache"}
+    assert tensors(lines[APPEND_SHARED])["cache"]["kernel_err"] == 0
+
+
+def test_a_key_read_past_the_length_fails_the_output(tmp_path):
+    code, lines = run(tmp_path, "reads_past_length", MIXED_SPLITS, PAGED_SHUFFLED)
+    assert code == 1
+    for line in lines.values():
+        assert line["verdict"] == "fail"
+        assert tensors(line)["out"]["ratio"] > 10
+        assert tensors(line)["cache"]["kernel_err"] == 0
+
+
+def test_new_tokens_written_one_slot_late_fail_the_cache_check_alone(tmp_path):
+    code, lines = run(tmp_path, "appends_one_slot_late", APPEND_SHARED, MIXED_SPLITS)
+    assert (code, lines[MIXED_SPLITS]["verdict"], lines[APPEND_SHARED]["verdict"]) == (1, "pass", "fail")
+    judged = tensors(lines[APPEND_SHARED])
+    assert judged["out"]["passed"] and not judged["cache"]["passed"]
+    # every written K and V element of every new token (but those past the capacity) differs twice:
+    # garbage left at the new token's slot, and the token where garbage should be
+    assert judged["cache"]["kernel_err"] == 2 * 32
+
+
+def test_nan_for_an_empty_context_is_nonfinite(tmp_path):
+    _, lines = run(tmp_path, "empty_rows_nan", MIXED_SPLITS)
+    assert lines[MIXED_SPLITS]["verdict"] == "nonfinite"
+
+
+def test_flag_attention_conventions_are_called_their_own_way(tmp_path):
+    code, lines = run(tmp_path, "paged_attention", PAGED_SHUFFLED, MIXED_SPLITS, APPEND_SHARED, EQUAL_CONTIGUOUS)
+    assert lines[PAGED_SHUFFLED]["verdict"] == "pass"
+    for case_id, words in ((MIXED_SPLITS, "no log-normalizer output"), (APPEND_SHARED, "no log-normalizer output")):
+        assert lines[case_id]["verdict"] == "unsupported"
+        assert words in lines[case_id]["reason"] and "paged_attention takes one query token" in lines[case_id]["reason"]
+    assert "Sq 3 > 1" in lines[EQUAL_CONTIGUOUS]["reason"] or "no contiguous cache" in lines[EQUAL_CONTIGUOUS]["reason"]
+    assert code == 0
+    code, lines = run(tmp_path, "split_kv", EQUAL_CONTIGUOUS, MIXED_SPLITS, PAGED_SHUFFLED)
+    assert lines[EQUAL_CONTIGUOUS]["verdict"] == "pass"
+    assert lines[MIXED_SPLITS]["verdict"] == lines[PAGED_SHUFFLED]["verdict"] == "unsupported"
+    assert code == 0
+
+
+def test_a_declared_head_major_cache_is_handed_over_head_major_and_its_writes_judged(tmp_path):
+    code, lines = run(tmp_path, "kv_cache_head_major", PAGED_SHUFFLED, APPEND_SHARED, EQUAL_CONTIGUOUS)
+    assert {line["verdict"] for line in lines.values()} == {"pass"} and code == 0
+    declaration = tmp_path / "caps.toml"  # a file's table wins over the attribute: page-major again
+    declaration.write_text('[kv_cache_attention]\ncache_layout = "page_major"\n')
+    _, lines = run(tmp_path, "kv_cache_head_major", PAGED_SHUFFLED, EQUAL_CONTIGUOUS, capabilities=declaration)
+    assert lines[PAGED_SHUFFLED]["verdict"] in ("fail", "error")  # pages read with the wrong axes
+    assert lines[EQUAL_CONTIGUOUS]["verdict"] == "pass"  # a contiguous cache has no page layout
+
+
+@pytest.mark.parametrize("case_id", [MIXED_SPLITS, APPEND_SHARED, EQUAL_CONTIGUOUS])
+def test_kv_cache_ids_round_trip(case_id):
+    assert Case.from_id(case_id).id == case_id
