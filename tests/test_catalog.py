@@ -113,9 +113,9 @@ def test_ids_are_unique_and_order_is_deterministic(tier):
 
 def test_tier_sizes():
     # Issue 33 (FlashAttention-2's variants) raised the caps from 80 and 700: smoke 80 -> 92
-    # (12 variant cases), standard 664 -> 924.
+    # (12 variant cases), standard 664 -> 924; issue 34 (KV-cache decoding): smoke 96, standard 1066.
     assert 40 <= len(cases("smoke")) <= 96
-    assert 300 <= len(cases("standard")) <= 1000
+    assert 300 <= len(cases("standard")) <= 1100
     standard = {case.id for case in cases("standard")}
     full = [case.id for case in cases("full")]
     assert standard <= set(full)
@@ -174,6 +174,16 @@ def test_every_feature_is_in_smoke_and_standard(tier):
         "varlen + causal + window": lambda c: c.lens and c.causal and c.window,
         "varlen dropout + lse": lambda c: c.lens and c.dropout and c.lse,
         "varlen with a sequence without keys": lambda c: c.lens == "mixed" and c.batch >= 2,
+        # KV-cache decoding (issue 34)
+        "kv cache contiguous": lambda c: c.op == "kv_cache_attention" and c.page is None,
+        "kv cache paged, shuffled": lambda c: c.page and c.table == "shuffled",
+        "kv cache shared prefix": lambda c: c.table == "shared",
+        "kv cache append": lambda c: c.append,
+        "kv cache forced splits": lambda c: c.splits > 1,
+        "kv cache heuristic splits": lambda c: c.op == "kv_cache_attention" and c.splits == 0,
+        "kv cache causal, several new tokens": lambda c: c.op == "kv_cache_attention" and c.causal and c.seq_q > 1,
+        "kv cache MQA": lambda c: c.op == "kv_cache_attention" and c.kv_heads == 1 < c.heads,
+        "kv cache variants": lambda c: c.op == "kv_cache_attention" and (c.window or c.softcap or c.alibi),
     }
     missing = [name for name, present in wanted.items() if not any(present(c) for c in selected)]
     assert not missing
@@ -199,6 +209,22 @@ def test_standard_contents():
         chosen = [c for c in standard if getattr(c, variant)]
         assert {c.dtype for c in chosen} >= {"fp16", "bf16", "fp32"}, variant
         assert {c.direction for c in chosen} == {"fwd", "bwd"} and {c.causal for c in chosen} == {False, True}
+
+
+def test_kv_cache_contents():
+    """Issue 34's grid: every page size, split count, GQA ratio, cache length kind."""
+    standard = [c for c in cases("standard") if c.op == "kv_cache_attention"]
+    assert {c.page for c in standard} == {None, 1, 16, 64, 128, 256}
+    assert {c.splits for c in standard} == {0, 1, 2, 3, 4, 8, 16}
+    assert {c.heads // c.kv_heads for c in standard} >= {1, 4, 8, 16, 32}
+    assert {c.seq_q for c in standard} == {1, 4, 16} and {c.table for c in standard} == {None, "shuffled", "shared"}
+    assert {c.dtype for c in standard} == {"fp16", "bf16", "fp32"} and {c.lens for c in standard} == {"equal", "mixed"}
+    assert {c.append for c in standard if c.causal and c.seq_q == 16} == {False, True}
+    assert max(c.batch for c in standard) == 128
+    long_caches = {c.seq_k for c in cases("full") if c.op == "kv_cache_attention"} - {c.seq_k for c in standard}
+    assert max(long_caches) == 131072
+    smoke = [c for c in cases("smoke") if c.op == "kv_cache_attention"]
+    assert {c.page for c in smoke} >= {None, 1, 16} and {c.splits for c in smoke} >= {0, 2, 3}
 
 
 def test_full_adds_long_sequences():

@@ -34,14 +34,14 @@ def _shapes(heads, sq_values, seq_k):
 SMOKE: tuple[Grid, ...] = (
     # MQA, 4 new tokens, 5 sequences (an empty cache, one key, a full one), 3 splits
     dict(op=KV, direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(True,), lse=(True,),
-         lens=("mixed",), splits=(3,), shape=[(5, 4, 1, 4, 80)]),
-    # GQA 4:1, one token, pages of 16 in a shuffled table, the heuristic's splits
+         lens=("mixed",), splits=(3,), shape=[(5, 4, 1, 4, 48)]),
+    # GQA 4:1, one token, pages of one key in a shuffled table, the heuristic's splits
     dict(op=KV, direction=("fwd",), dtype=("bf16",), head_dim=(64,), causal=(False,),
-         lens=("mixed",), page=(16,), table=("shuffled",), shape=[(4, 8, 2, 1, 100)]),
-    # new tokens appended into pages of 64 whose prefix the sequences share; 2 splits
+         lens=("mixed",), page=(1,), table=("shuffled",), shape=[(2, 8, 2, 1, 60)]),
+    # new tokens appended into pages of 16 whose prefix three sequences share; 2 splits
     dict(op=KV, direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(True,), lse=(True,),
-         lens=("mixed",), page=(64,), table=("shared",), append=(True,), splits=(2,),
-         shape=[(3, 4, 4, 2, 150)]),
+         lens=("mixed",), page=(16,), table=("shared",), append=(True,), splits=(2,),
+         shape=[(5, 2, 2, 2, 80)]),
     # window, softcap and ALiBi at once in fp32, appended to a contiguous cache
     dict(op=KV, direction=("fwd",), dtype=("fp32",), head_dim=(16,), causal=(True,), lse=(True,),
          window=((16, 0),), softcap=(20.0,), alibi=("h",), lens=("mixed",), append=(True,),
