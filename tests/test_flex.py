@@ -116,7 +116,7 @@ def test_without_flex_attention_the_kernel_is_one_usage_error(capsys, monkeypatc
 
 @pytest.mark.parametrize("kernel, words", [
     ("flash_attention=flex:fast", "flex takes no variant, got flex:fast"),
-    ("piecewise_attention=flex", "flex implements flash_attention and flash_attention_varlen only, not piecewise_attention"),
+    ("piecewise_attention=flex", "flex implements flash_attention, flash_attention_varlen, kv_cache_attention only, not piecewise_attention"),
     ("flash_attention=flux", "expected op=package.module:function (or a built-in: op=sdpa:BACKEND, op=flex)"),
 ])
 def test_bad_flex_specs_are_one_usage_error(capsys, kernel, words):

@@ -95,3 +95,16 @@ def test_a_declared_head_major_cache_is_handed_over_head_major_and_its_writes_ju
 @pytest.mark.parametrize("case_id", [MIXED_SPLITS, APPEND_SHARED, EQUAL_CONTIGUOUS])
 def test_kv_cache_ids_round_trip(case_id):
     assert Case.from_id(case_id).id == case_id
+
+
+def test_flex_judges_a_contiguous_cache_it_appends_to(tmp_path):
+    """FlexAttention (Inductor's C++ flex on the CPU): a mask per sequence length, new tokens
+    written in place by the adapter; pages and forced splits declared unsupported."""
+    appended = "kv_cache_attention.fwd[fp16,d32,causal,B5,H2,Hkv2,Sq3,Sk80,lens=mixed,append,seed0]"
+    out = tmp_path / "flex"
+    code = main(["run", "--out", str(out), "--kernel", "kv_cache_attention=flex", "--case", appended,
+                 "--case", PAGED_SHUFFLED])
+    lines = {line["case"]: line for line in read_results(out) if line.get("kind", "case") == "case"}
+    assert code == 0 and lines[appended]["verdict"] == "pass"
+    assert tensors(lines[appended])["cache"]["kernel_err"] == 0
+    assert lines[PAGED_SHUFFLED]["verdict"] == "unsupported" and "no block table" in lines[PAGED_SHUFFLED]["reason"]

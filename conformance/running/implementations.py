@@ -41,7 +41,7 @@ BUNDLED_MODULE = BUNDLED_LABEL  # the label's former name, still read by conform
 MUTANTS_REGISTRY = "conformance.bundled.mutants.registry"  # the mutants' --kernel targets
 # Built-in adapters of peers: `--kernel op=NAME:VARIANT` (or `op=NAME`, no variant) -> the module
 # providing adapter(op, VARIANT) (VARIANT "" for none).
-BUILTIN_ADAPTERS = {"sdpa": "conformance.peers.sdpa", "flex": "conformance.peers.flex"}
+BUILTIN_ADAPTERS = {"sdpa": "conformance.peers.sdpa", "flex": "conformance.peers.flex_adapter"}
 _SPEC = re.compile(r"(?P<op>\w+)=(?P<module>[A-Za-z_][\w.]*):(?P<function>[A-Za-z_]\w*)")
 _BUILTIN_SPEC = re.compile(r"(?P<op>\w+)=(?P<name>" + "|".join(BUILTIN_ADAPTERS) + ")")
 _MASK_SPEC = re.compile(r"(?:(?P<op>\w+)=)?(?P<module>[A-Za-z_][\w.]*):(?P<function>[A-Za-z_]\w*)")
