@@ -108,3 +108,14 @@ def test_flex_judges_a_contiguous_cache_it_appends_to(tmp_path):
     assert code == 0 and lines[appended]["verdict"] == "pass"
     assert tensors(lines[appended])["cache"]["kernel_err"] == 0
     assert lines[PAGED_SHUFFLED]["verdict"] == "unsupported" and "no block table" in lines[PAGED_SHUFFLED]["reason"]
+
+
+def test_the_flag_attention_recipes_declare_their_conventions(tmp_path):
+    """recipes/flag-attention/*.toml, as the guide uses them, on doubles of the two signatures."""
+    code, lines = run(tmp_path, "paged_attention", PAGED_SHUFFLED, capabilities="recipes/flag-attention/paged_attention.toml")
+    assert lines[PAGED_SHUFFLED]["verdict"] == "unsupported" and "page size 1 not in" in lines[PAGED_SHUFFLED]["reason"]
+    paged16 = PAGED_SHUFFLED.replace("page1,", "page16,")
+    code, lines = run(tmp_path, "paged_attention", paged16, capabilities="recipes/flag-attention/paged_attention.toml")
+    assert (code, lines[paged16]["verdict"]) == (0, "pass")
+    code, lines = run(tmp_path, "split_kv", EQUAL_CONTIGUOUS, capabilities="recipes/flag-attention/split_kv.toml")
+    assert (code, lines[EQUAL_CONTIGUOUS]["verdict"]) == (0, "pass")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from conformance.cases.catalog import Case
 
 # Row axis of each tensor name: key rows for the key-side gradients and the total attention.
-_KEY_ROWS = {"dk", "dv", "dk1", "dk2", "total"}
+_KEY_ROWS = {"dk", "dv", "dk1", "dk2", "total", "cache"}  # cache: kv_cache_attention's, per key position
 # Which bundled kernel writes a tensor, by operator and direction (kernels.tuning names);
 # its launch config's block_m tiles query rows and block_n key rows.
 _WRITER = {
