@@ -271,6 +271,18 @@ def benchmark_variants(session: nox.Session) -> None:
 
 
 @nox.session
+def benchmark_decode(session: nox.Session) -> None:
+    """KV-cache decoding (kv_cache_attention) in bytes of K and V read per second, beside the device's
+    copy bandwidth, FlagAttention's paged_attention and split-KV, and FlexAttention (needs a GPU).
+
+    Writes reports/runs/<time>-decode/ (benchmark.jsonl, env.json, benchmark.md, benchmark.svg).
+    Extra arguments go to benchmarks/decode_benchmark.py, e.g. `nox -s benchmark_decode -- --quick`.
+    """
+    install_dependencies(session, gpu=True)
+    session.run("python", "benchmarks/decode_benchmark.py", *session.posargs)
+
+
+@nox.session
 def harness_speed(session: nox.Session) -> None:
     """The harness's own speed: the default tier (smoke on the interpreter, standard on a GPU)
     timed, its cases per second appended to reports/runs/harness-speed/harness_speed.md

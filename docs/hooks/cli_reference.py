@@ -45,6 +45,9 @@ COMMANDS = (
             "TFLOP/s and memory next to torch SDPA and FlexAttention (`nox -s benchmark`)"),
     Command("python benchmarks/variants_benchmark.py", "benchmarks.variants_benchmark:build_parser",
             "the attention variants against FlexAttention and the dense kernel (`nox -s benchmark_variants`)"),
+    Command("python benchmarks/decode_benchmark.py", "benchmarks.decode_benchmark:build_parser",
+            "KV-cache decoding bandwidth against the copy bandwidth, FlagAttention and FlexAttention "
+            "(`nox -s benchmark_decode`)"),
     Command("python benchmarks/harness_speed.py", "benchmarks.harness_speed:build_parser",
             "the harness's own cases per second (`nox -s harness_speed`)"),
     Command("python benchmarks/tune_launch.py", "benchmarks.tune_launch:build_parser",

@@ -1,0 +1,183 @@
+"""KV-cache decoding speed: the bytes of K and V a kernel reads per second, beside the
+device's own copy bandwidth measured in the same run.
+
+Decoding is memory-bound: each new token reads its sequence's whole cache once, so the
+limit is HBM bandwidth, not matrix throughput. A cell is one problem (`Cell`): B sequences,
+each with Sq new tokens against a full cache of `context` keys, H = 32 query heads over
+Hkv = 8, D = 128, in pages of `page_size` keys addressed through a shuffled block table.
+Every implementation gets the same cache contents in its own layout:
+
+    bundled        kernels.kv_cache_attention on the paged cache (its num_splits heuristic)
+    flag_paged     FlagAttention's paged_attention (head-major pages, one token per sequence)
+    flag_split_kv  FlagAttention's flash_attention_split_kv on the dense (B, Hkv, S, D) cache
+    flex           torch's FlexAttention, compiled, on the dense cache (a causal block mask
+                   built once per cell, outside the timed calls)
+
+Bandwidth = cache bytes (2 · B · context · Hkv · D · element size) / median time. The copy
+bandwidth is a device-to-device copy of COPY_BYTES, counting bytes read and written (a copy
+moves each byte across HBM twice, a decode kernel once), timed before and after the grid.
+Cells whose cache (and its dense copy for the dense peers) would not fit are skipped with
+the reason. FlagAttention is imported as `flag_attn` (a clone on PYTHONPATH, e.g. `--flag-attention DIR/src`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+
+from conformance.bundled.benchmarks import timing
+
+IMPLEMENTATIONS = ("bundled", "flag_paged", "flag_split_kv", "flex")
+FULL = dict(dtypes=("fp16", "bf16"), page_sizes=(16, 64), seq_qs=(1, 4), batches=(1, 8, 32, 128),
+            contexts=(1024, 4096, 16384, 32768, 131072))
+QUICK = dict(dtypes=("bf16",), page_sizes=(16,), seq_qs=(1,), batches=(8,), contexts=(4096, 32768))
+COPY_BYTES = 2 << 30
+# The goals of issue 34: >= 80 % of the copy bandwidth once a cell reads more than 256 MB.
+LARGE_READ_BYTES = 256 << 20
+COPY_SHARE_GOAL = 0.8
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Cell:
+    dtype: str
+    page_size: int
+    seq_q: int
+    batch: int
+    context: int
+    heads: int = 32
+    kv_heads: int = 8
+    head_dim: int = 128
+
+    @property
+    def cache_bytes(self) -> int:
+        """K and V of every sequence's context: what one call must read."""
+        return 2 * self.batch * self.context * self.kv_heads * self.head_dim * _DTYPES[self.dtype].itemsize
+
+    @property
+    def label(self) -> str:
+        return f"{self.dtype} page{self.page_size} Sq{self.seq_q} B{self.batch} ctx{self.context}"
+
+
+def cells(dtypes, page_sizes, seq_qs, batches, contexts) -> list[Cell]:
+    return [Cell(*values) for values in itertools.product(dtypes, page_sizes, seq_qs, batches, contexts)]
+
+
+def skip_reason(cell: Cell, name: str, free_bytes: int) -> str | None:
+    """Why `name` is not measured on `cell`, or None. The paged cache is always allocated; the
+    dense peers need a second, dense copy of it."""
+    dense = name in ("flag_split_kv", "flex")
+    needed = cell.cache_bytes * (2 if dense else 1) * 1.1
+    if needed > free_bytes:
+        return f"needs {needed / 2**30:.1f} GiB of {free_bytes / 2**30:.1f} GiB free"
+    if name == "flag_paged" and cell.seq_q != 1:
+        return "paged_attention takes one token per sequence"
+    return None
+
+
+@dataclass
+class Problem:
+    """One cell's tensors: q (B, Sq, H, D), the paged cache and its shuffled block table."""
+
+    q: torch.Tensor
+    k_pages: torch.Tensor
+    v_pages: torch.Tensor
+    block_table: torch.Tensor
+    cache_seqlens: torch.Tensor
+
+    def dense(self, context: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, Hkv, context, D) keys and values gathered from the pages (the dense peers' layout)."""
+        return tuple(pages[self.block_table.long()].flatten(1, 2)[:, :context].transpose(1, 2).contiguous()
+                     for pages in (self.k_pages, self.v_pages))
+
+
+def problem(cell: Cell, device="cuda", seed: int = 0) -> Problem:
+    generator = torch.Generator(device=device).manual_seed(seed)
+    dtype = _DTYPES[cell.dtype]
+    pages_per_sequence = math.ceil(cell.context / cell.page_size)
+    num_pages = cell.batch * pages_per_sequence
+    shape = (num_pages, cell.page_size, cell.kv_heads, cell.head_dim)
+    k_pages, v_pages = (torch.randn(shape, generator=generator, device=device, dtype=dtype) for _ in range(2))
+    order = torch.randperm(num_pages, generator=generator, device=device).to(torch.int32)
+    q = torch.randn((cell.batch, cell.seq_q, cell.heads, cell.head_dim), generator=generator, device=device,
+                    dtype=dtype)
+    lengths = torch.full((cell.batch,), cell.context, dtype=torch.int32, device=device)
+    return Problem(q, k_pages, v_pages, order.view(cell.batch, pages_per_sequence), lengths)
+
+
+def _bundled(cell: Cell, tensors: Problem):
+    from conformance.bundled.kernels import kv_cache_attention
+
+    return lambda: kv_cache_attention(tensors.q, tensors.k_pages, tensors.v_pages, tensors.cache_seqlens,
+                                      block_table=tensors.block_table, causal=True)
+
+
+def _flag_paged(cell: Cell, tensors: Problem):
+    import flag_attn
+
+    keys, values = (pages.transpose(1, 2).contiguous() for pages in (tensors.k_pages, tensors.v_pages))
+    query = tensors.q[:, 0].contiguous()
+    scale = cell.head_dim ** -0.5
+    return lambda: flag_attn.paged_attention(query, keys, values, tensors.cache_seqlens, tensors.block_table, scale,
+                                             cell.context)
+
+
+def _flag_split_kv(cell: Cell, tensors: Problem):
+    import flag_attn
+
+    keys, values = tensors.dense(cell.context)
+    query = tensors.q.transpose(1, 2).contiguous()
+    return lambda: flag_attn.flash_attention_split_kv(query, keys, values, causal=True)
+
+
+def _flex(cell: Cell, tensors: Problem):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from conformance.bundled.benchmarks.implementations import compiled_flex
+    from conformance.peers.flex import bottom_right_causal
+
+    keys, values = tensors.dense(cell.context)
+    query = tensors.q.transpose(1, 2).contiguous()
+    mask = create_block_mask(bottom_right_causal(cell.seq_q, cell.context), None, None, cell.seq_q, cell.context,
+                             device=query.device)
+    compiled = compiled_flex()
+    return lambda: compiled(query, keys, values, block_mask=mask, enable_gqa=True)
+
+
+_BUILDERS = {"bundled": _bundled, "flag_paged": _flag_paged, "flag_split_kv": _flag_split_kv, "flex": _flex}
+
+
+def copy_bandwidth(policy: timing.RepetitionPolicy, nbytes: int = COPY_BYTES) -> float:
+    """Bytes per second of a device-to-device copy, counting bytes read and written."""
+    source = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    target = torch.empty_like(source)
+    result = timing.interleaved_medians({"copy": lambda: target.copy_(source)}, policy)["copy"]
+    return 2 * nbytes / (result[0] / 1e3)
+
+
+def measure_cell(cell: Cell, names, policy: timing.RepetitionPolicy, free_bytes: int) -> list[dict]:
+    """One results line per implementation: its median time and bandwidth, or why not."""
+    lines = {name: {"impl": name, **asdict(cell), "cache_bytes": cell.cache_bytes} for name in names}
+    skipped = {name: skip_reason(cell, name, free_bytes) for name in names}
+    tensors = problem(cell)
+    calls = {}
+    for name in names:
+        if skipped[name]:
+            lines[name]["skip"] = skipped[name]
+            continue
+        try:
+            calls[name] = _BUILDERS[name](cell, tensors)
+        except Exception as exc:  # noqa: BLE001 -- a peer that is not installed or refuses: recorded
+            lines[name]["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    for name, result in timing.interleaved_medians(calls, policy).items():
+        if isinstance(result, BaseException):
+            lines[name]["error"] = f"{type(result).__name__}: {result}"[:300]
+        else:
+            lines[name].update(ms=result[0], samples=len(result[1]),
+                               bandwidth=cell.cache_bytes / (result[0] / 1e3))
+    del tensors
+    torch.cuda.empty_cache()
+    return list(lines.values())

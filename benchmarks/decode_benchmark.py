@@ -1,0 +1,213 @@
+"""KV-cache decoding: bundled kv_cache_attention against FlagAttention and FlexAttention, in bytes per second.
+
+    python benchmarks/decode_benchmark.py [--quick] [--out DIR] [--impls bundled,flag_paged,...]
+                                          [--flag-attention DIR]
+    python benchmarks/decode_benchmark.py --render DIR     # re-render DIR's report (no GPU)
+
+What is measured and how: benchmarks/decode.py. Writes DIR (default
+reports/runs/<UTC time>-decode): env.json (with the copy bandwidth before and after the grid),
+benchmark.jsonl (one line per implementation and cell, written as measured), benchmark.md (per
+panel a table of GB/s and share of the copy bandwidth, the goals of issue 34 checked cell by
+cell) and benchmark.svg (bandwidth against context length). Needs a CUDA (or ROCm) GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Run as a script from a clone: make the clone's `conformance` importable (as flash_benchmark.py does).
+if not __package__ and (ROOT / "conformance").is_dir() and str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from conformance.bundled.benchmarks import flash_benchmark, svg  # noqa: E402
+from conformance.reporting.markdown import table as markdown_table  # noqa: E402
+from conformance.running.results import read_env, read_json_lines  # noqa: E402
+
+EXIT_NO_GPU = EXIT_USAGE = flash_benchmark.EXIT_NO_GPU
+BENCHMARK_FILE, MARKDOWN_FILE, PLOT_FILE = "benchmark.jsonl", "benchmark.md", "benchmark.svg"
+COLORS = {"bundled": "#d62728", "flag_paged": "#2ca02c", "flag_split_kv": "#9467bd", "flex": "#ff7f0e"}
+BATCH_DASHES = {"B1": "2 3", "B8": "", "B32": "6 4", "B128": "10 3 2 3"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of this script (the docs' command reference is generated from it)."""
+    from conformance.bundled.benchmarks import decode
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=f"a small grid: {decode.QUICK}")
+    parser.add_argument("--out", type=pathlib.Path, metavar="DIR", help="run folder (default reports/runs/<time>-decode)")
+    parser.add_argument("--impls", default=",".join(decode.IMPLEMENTATIONS), metavar="LIST",
+                        help=f"comma-separated, of {', '.join(decode.IMPLEMENTATIONS)}")
+    parser.add_argument("--flag-attention", type=pathlib.Path, metavar="DIR",
+                        help="a folder holding FlagAttention's `flag_attn` package (e.g. a clone's src/)")
+    parser.add_argument("--render", type=pathlib.Path, metavar="DIR", help="re-render DIR's report and exit")
+    return parser
+
+
+def parse_args(argv):
+    from conformance.bundled.benchmarks import decode
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.impls.split(",")) - set(decode.IMPLEMENTATIONS))
+    if unknown:
+        parser.error(f"argument --impls: unknown implementation {unknown[0]!r} (known: {', '.join(decode.IMPLEMENTATIONS)})")
+    return args
+
+
+# --------------------------------------------------------------------------- the report
+
+def _panels(lines: list[dict]) -> dict:
+    panels = {}
+    for line in lines:
+        panels.setdefault((line["dtype"], line["page_size"], line["seq_q"]), []).append(line)
+    return panels
+
+
+def _copy(env: dict) -> float | None:
+    readings = env.get("benchmark", {}).get("copy_bandwidth") or []
+    return max(readings) if readings else None
+
+
+def _cell_text(line: dict | None, copy: float | None) -> str:
+    if line is None:
+        return ""
+    if "bandwidth" in line:
+        share = f" ({line['bandwidth'] / copy:.0%})" if copy else ""
+        return f"{line['bandwidth'] / 1e9:.0f}{share}"
+    return "skip" if "skip" in line else "error"
+
+
+def panel_table(lines: list[dict], copy: float | None) -> tuple[list[str], list[list]]:
+    """Rows (batch, context) of GB/s (share of the copy bandwidth) per implementation."""
+    names = [name for name in COLORS if any(line["impl"] == name for line in lines)]
+    by_cell = {}
+    for line in lines:
+        by_cell.setdefault((line["batch"], line["context"]), {})[line["impl"]] = line
+    rows = [[batch, context, f"{lines_of[next(iter(lines_of))]['cache_bytes'] / 2**20:.0f}",
+             *(_cell_text(lines_of.get(name), copy) for name in names)]
+            for (batch, context), lines_of in sorted(by_cell.items())]
+    return ["B", "context", "cache MiB", *names], rows
+
+
+def goals(lines: list[dict], copy: float | None) -> list[str]:
+    """Issue 34's goals, cell by cell: >= 80 % of the copy bandwidth past 256 MB read, and
+    >= 1.0x each peer measured on the same cell."""
+    from conformance.bundled.benchmarks.decode import COPY_SHARE_GOAL, LARGE_READ_BYTES
+
+    bundled = {(l["dtype"], l["page_size"], l["seq_q"], l["batch"], l["context"]): l
+               for l in lines if l["impl"] == "bundled" and "bandwidth" in l}
+    large = [l for l in bundled.values() if l["cache_bytes"] > LARGE_READ_BYTES]
+    met = [l for l in large if copy and l["bandwidth"] >= COPY_SHARE_GOAL * copy]
+    text = [f"- >= {COPY_SHARE_GOAL:.0%} of the copy bandwidth where the cache read exceeds 256 MB: "
+            f"{len(met)} of {len(large)} cells" + ("" if copy else " (no copy bandwidth recorded)")]
+    for peer in ("flag_paged", "flag_split_kv", "flex"):
+        pairs = [(bundled[key], l) for l in lines if l["impl"] == peer and "bandwidth" in l
+                 for key in [(l["dtype"], l["page_size"], l["seq_q"], l["batch"], l["context"])] if key in bundled]
+        if pairs:
+            ratios = sorted(ours["bandwidth"] / theirs["bandwidth"] for ours, theirs in pairs)
+            wins = sum(ratio >= 1.0 for ratio in ratios)
+            text.append(f"- >= 1.0x {peer}: {wins} of {len(pairs)} cells (ratio {ratios[0]:.2f}-{ratios[-1]:.2f})")
+        else:
+            text.append(f"- >= 1.0x {peer}: not measured")
+    return text
+
+
+def markdown(env: dict, lines: list[dict]) -> str:
+    copy = _copy(env)
+    readings = env.get("benchmark", {}).get("copy_bandwidth") or []
+    parts = ["# KV-cache decoding benchmark", "",
+             f"Device: {env.get('device', '?')}; torch {env.get('torch', '?')}, triton {env.get('triton', '?')}; "
+             f"harness {env.get('harness', {}).get('revision', '?') if isinstance(env.get('harness'), dict) else env.get('harness', '?')}.",
+             "", f"Copy bandwidth (device-to-device, read + written): "
+             + (", ".join(f"{r / 1e9:.0f} GB/s" for r in readings) or "not measured")
+             + "; cells show GB/s of K and V read (share of the best copy reading).", "",
+             "## Goals", "", *goals(lines, copy), "", f"![bandwidth against context]({PLOT_FILE})", ""]
+    for (dtype, page, seq_q), panel in sorted(_panels(lines).items()):
+        header, rows = panel_table(panel, copy)
+        parts += [f"## {dtype}, pages of {page}, Sq {seq_q}", "", markdown_table(header, rows), ""]
+    problems = [f"- {l['impl']} {l['dtype']} page{l['page_size']} Sq{l['seq_q']} B{l['batch']} ctx{l['context']}: "
+                f"{l.get('skip') or l.get('error')}" for l in lines if "bandwidth" not in l]
+    if problems:
+        parts += ["## Not measured", "", *problems, ""]
+    return "\n".join(parts)
+
+
+def plot(lines: list[dict]) -> str:
+    panels = []
+    for (dtype, page, seq_q), panel in sorted(_panels(lines).items()):
+        series = {}
+        for line in sorted(panel, key=lambda l: l["context"]):
+            if "bandwidth" in line:
+                series.setdefault((line["impl"], f"B{line['batch']}"), []).append(
+                    (line["context"], line["bandwidth"] / 1e9))
+        panels.append((f"{dtype}, pages of {page}, Sq {seq_q}", series))
+    dashes = {label: dash for label, dash in BATCH_DASHES.items()
+              if any(label == variant for _, series in panels for (_, variant) in series)}
+    return svg.line_panels(panels, COLORS, dashes, "context (keys)", "GB/s of K and V read",
+                           "KV-cache decoding: bandwidth against context length")
+
+
+def write_report(run_dir: pathlib.Path) -> list[pathlib.Path]:
+    env, lines = read_env(run_dir), read_json_lines(run_dir / BENCHMARK_FILE)
+    (run_dir / MARKDOWN_FILE).write_text(markdown(env, lines))
+    (run_dir / PLOT_FILE).write_text(plot(lines))
+    return [run_dir / MARKDOWN_FILE, run_dir / PLOT_FILE]
+
+
+# --------------------------------------------------------------------------- the run
+
+def run_decode(out: pathlib.Path, cell_list, names, quick: bool) -> pathlib.Path:
+    """Measure every cell into out/benchmark.jsonl (written as measured); env.json gets the
+    copy bandwidth read before and after the grid."""
+    import torch
+
+    from conformance.bundled.benchmarks import decode, run, timing
+
+    out.mkdir(parents=True, exist_ok=True)
+    policy = timing.RepetitionPolicy()
+    copies = [decode.copy_bandwidth(policy)]
+    method = {"bandwidth": "K and V bytes of every context / median time (benchmarks/decode.py)",
+              "copy_bandwidth": copies}
+    measured = {name: name for name in names}
+    run.write_environment(out, quick, policy, measured, method)
+    started = time.monotonic()
+    with open(out / BENCHMARK_FILE, "a") as results:
+        for cell in cell_list:
+            free = torch.cuda.mem_get_info()[0]
+            for line in decode.measure_cell(cell, names, policy, free):
+                results.write(json.dumps(line) + "\n")
+                results.flush()
+            print(f"[{time.monotonic() - started:6.0f} s] {cell.label}", flush=True)
+    copies.append(decode.copy_bandwidth(policy))
+    run.write_environment(out, quick, policy, measured, method)
+    return out
+
+
+def main(argv=None) -> int:
+    from conformance.bundled.benchmarks import decode
+
+    args = parse_args(argv)
+    if args.render:
+        if not (args.render / BENCHMARK_FILE).exists():
+            print(f"decode benchmark: no {BENCHMARK_FILE} in {args.render}", file=sys.stderr)
+            return EXIT_USAGE
+        print("\n".join(str(path) for path in write_report(args.render)))
+        return 0
+    if flash_benchmark.gpu_missing("decode benchmark"):
+        return EXIT_NO_GPU
+    if args.flag_attention:
+        sys.path.insert(0, str(args.flag_attention.resolve()))
+    out = args.out or flash_benchmark.default_out_dir("decode")
+    run_decode(out, decode.cells(**(decode.QUICK if args.quick else decode.FULL)), args.impls.split(","), args.quick)
+    print("\n".join(str(path) for path in write_report(out)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""The KV-cache decoding benchmark without a GPU: its grid, what it skips and why, its command
+line, and the report (tables, goals, plot) rendered from recorded lines."""
+
+import json
+
+import pytest
+
+from conformance.bundled.benchmarks import decode, decode_benchmark
+
+
+def _line(impl, bandwidth=None, batch=8, context=32768, **extra):
+    cell = decode.Cell("bf16", 16, 1, batch, context)
+    line = {"impl": impl, **cell.__dict__, "cache_bytes": cell.cache_bytes, **extra}
+    if bandwidth is not None:
+        line.update(ms=cell.cache_bytes / bandwidth * 1e3, bandwidth=bandwidth, samples=40)
+    return line
+
+
+def test_a_cell_counts_the_k_and_v_bytes_of_every_context():
+    cell = decode.Cell("fp16", 16, 4, 8, 4096)
+    assert cell.cache_bytes == 2 * 8 * 4096 * 8 * 128 * 2
+    assert len(decode.cells(**decode.FULL)) == 2 * 2 * 2 * 4 * 5
+
+
+def test_skips_say_why():
+    cell = decode.Cell("bf16", 16, 4, 128, 131072)
+    assert "GiB" in decode.skip_reason(cell, "bundled", free_bytes=10 << 30)
+    assert decode.skip_reason(cell, "flag_paged", free_bytes=1 << 40) == "paged_attention takes one token per sequence"
+    small = decode.Cell("bf16", 16, 1, 1, 1024)
+    assert decode.skip_reason(small, "flex", free_bytes=1 << 30) is None
+
+
+def test_the_command_line_refuses_an_unknown_implementation(capsys):
+    with pytest.raises(SystemExit):
+        decode_benchmark.parse_args(["--impls", "bundled,vllm"])
+    assert "unknown implementation 'vllm'" in capsys.readouterr().err
+
+
+def test_without_a_gpu_nothing_is_measured(tmp_path, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert decode_benchmark.main(["--quick", "--out", str(tmp_path / "run")]) == decode_benchmark.EXIT_NO_GPU
+    assert decode_benchmark.main(["--render", str(tmp_path)]) == decode_benchmark.EXIT_USAGE
+
+
+def test_the_report_checks_the_goals_cell_by_cell(tmp_path):
+    copy = 3.0e12
+    lines = [_line("bundled", 2.6e12), _line("flag_paged", 2.0e12), _line("flex", 2.9e12),
+             _line("bundled", 1.0e12, context=1024), _line("flag_split_kv", skip="needs 9.0 GiB of 4.0 GiB free")]
+    (tmp_path / "env.json").write_text(json.dumps({"device": "a GPU", "benchmark": {"copy_bandwidth": [copy, 2.9e12]}}))
+    (tmp_path / decode_benchmark.BENCHMARK_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert decode_benchmark.main(["--render", str(tmp_path)]) == 0
+    text = (tmp_path / decode_benchmark.MARKDOWN_FILE).read_text()
+    # one cell reads more than 256 MB (B8, 32k keys: 1 GiB), at 87 % of the copy bandwidth
+    assert "- >= 80% of the copy bandwidth where the cache read exceeds 256 MB: 1 of 1 cells" in text
+    assert "- >= 1.0x flag_paged: 1 of 1 cells (ratio 1.30-1.30)" in text
+    assert "- >= 1.0x flex: 0 of 1 cells (ratio 0.90-0.90)" in text
+    assert "- >= 1.0x flag_split_kv: not measured" in text
+    assert "2600 (87%)" in text and "needs 9.0 GiB" in text
+    assert (tmp_path / decode_benchmark.PLOT_FILE).read_text().startswith("<svg")
