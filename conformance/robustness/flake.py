@@ -62,6 +62,12 @@ SMOKE_FLAKE = (
          lse=(True,), lens=("mixed",), shape=[(8, 2, 1, 48, 64)]),
     dict(op=("flash_attention_varlen",), direction=("bwd",), dtype=("bf16",), head_dim=(32,), causal=(True,),
          window=((16, 0),), values=("negative:1000",), lens=("mixed",), shape=[(8, 2, 2, 64, 48)]),
+    # KV-cache decoding: forced splits over mixed cache lengths; pages with a shared prefix, appended
+    dict(op=("kv_cache_attention",), direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(True,),
+         lse=(True,), lens=("mixed",), splits=(3,), shape=[(5, 4, 1, 4, 48)]),
+    dict(op=("kv_cache_attention",), direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(True,),
+         lse=(True,), lens=("mixed",), page=(16,), table=("shared",), append=(True,), splits=(2,),
+         shape=[(5, 2, 2, 2, 80)]),
 )
 
 _MID = [(1, 8, 2, 509, 1024)]  # GQA, ragged, Sq != Sk
@@ -85,6 +91,10 @@ STANDARD_FLAKE = (
          causal=(True,), dist=(128,), shape=[(2, 4, 4, 1000, 1000)]),
     dict(op=("flash_attention_varlen",), direction=BOTH_DIRECTIONS, dtype=("bf16",), head_dim=(64,), causal=(True,),
          lens=("mixed",), shape=[(32, 8, 2, 509, 1024)]),
+    dict(op=("kv_cache_attention",), direction=("fwd",), dtype=HALF_DTYPES, head_dim=(128,), causal=(True,),
+         lens=("mixed",), page=(16,), shape=[(8, 32, 8, 4, 4096)]),
+    dict(op=("kv_cache_attention",), direction=("fwd",), dtype=("fp16",), head_dim=(128,), causal=(True,),
+         lse=(True,), lens=("mixed",), page=(16,), splits=(16,), shape=[(8, 32, 8, 16, 4096)]),
 )
 
 FLAKE_SETS = {"smoke": SMOKE_FLAKE, "standard": STANDARD_FLAKE}
