@@ -9,6 +9,8 @@
 * `cases` -- valid `catalog.Case` objects: op, direction, dtype, head dim from the
   kernels' supported set, causal, lse/total, dropout p, layout, piecewise distance
 * `masked_row_cases` -- causal with Sq > Sk: the first Sq - Sk query rows see no key
+* `kv_cache_cases` -- kv_cache_attention cases: contiguous or paged caches (page sizes 1 to
+  64, shuffled or shared tables), forced or heuristic splits, appended tokens, cache lengths
 * `distributions` -- `conformance.cases.distributions.Distribution` or None (plain N(0, 1)):
   scaled inputs, large logits up to what the dtype (inputs) and fp32 (scores)
   hold, outliers, near-constant scores; parameters are powers of two, so they are
@@ -104,6 +106,25 @@ def masked_row_cases(draw, **limits) -> Case:
     if case.seq_q <= case.seq_k:
         case = Case(**{**case.fields(), "seq_q": case.seq_k + 1, "seq_k": case.seq_q})
     return case
+
+
+KV_PAGE_SIZES = (None, 1, 2, 3, 16, 64)
+
+
+@st.composite
+def kv_cache_cases(draw, dtypes=DTYPES, head_dims=HEAD_DIMS, max_seq: int = 128, max_batch: int = 3,
+                   max_heads: int = 4) -> Case:
+    """A valid kv_cache_attention case: 1 to 8 new tokens, a cache of up to max_seq keys."""
+    shape = draw(shapes(max_batch, max_heads, max_seq))
+    seq_q = draw(st.integers(1, min(8, shape["seq_k"])))
+    page = draw(st.sampled_from(KV_PAGE_SIZES))
+    fields = dict(op="kv_cache_attention", direction="fwd", dtype=draw(st.sampled_from(dtypes)),
+                  head_dim=draw(st.sampled_from(head_dims)), causal=draw(st.booleans()),
+                  seed=draw(st.integers(0, 2**16)), **{**shape, "seq_q": seq_q},
+                  lens=draw(st.sampled_from(("equal", "mixed"))), lse=draw(st.booleans()), page=page,
+                  splits=draw(st.integers(0, 5)), append=draw(st.booleans()),
+                  table=None if page is None else draw(st.sampled_from((None, "shuffled", "shared"))))
+    return Case(**fields)
 
 
 # kind -> (smallest, largest) power-of-two exponent of the parameter, per input dtype.
