@@ -22,6 +22,7 @@ _HOMES = {
     "flash_attention": "flash",
     "flash_attention_varlen": "flash_varlen",
     "piecewise_attention": "piecewise",
+    "kv_cache_attention": "kv_cache",
     "dropout_keep_mask": "dropout",
     "poisoned_outputs": "allocation",
 }

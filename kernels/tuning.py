@@ -21,13 +21,21 @@ from .targets import Target, current_target
 
 # The table sets and their tables are defined in tables_nvidia / tables_amd; named here too,
 # where the kernels' readers (profiles, tests, benchmarks/tune_launch.py) look for them.
-__all__ = ["AMPERE", "AMPERE_99KB", "BACKEND_KNOBS", "CDNA", "CUDA_LAUNCH", "HIP_LAUNCH", "HOPPER", "HOPPER_LAUNCH",
-           "ILUVATAR_LAUNCH", "INTERPRETER_LAUNCH", "KERNELS", "OVERRIDES", "RDNA3", "RDNA3_LAUNCH", "RDNA4",
-           "RDNA4_LAUNCH", "LaunchConfig", "LaunchTable", "TableSet", "launch_config", "launch_tables",
+__all__ = ["AMPERE", "AMPERE_99KB", "BACKEND_KNOBS", "BORROWED", "CDNA", "CUDA_LAUNCH", "HIP_LAUNCH", "HOPPER",
+           "HOPPER_LAUNCH", "ILUVATAR_LAUNCH", "INTERPRETER_LAUNCH", "KERNELS", "OVERRIDES", "RDNA3", "RDNA3_LAUNCH",
+           "RDNA4", "RDNA4_LAUNCH", "LaunchConfig", "LaunchTable", "TableSet", "launch_config", "launch_tables",
            "map_tables", "record_launch", "recorded_launches", "table", "table_set"]
 
 # The kernels a launch table set covers (the piecewise kernels have tables of their own).
 KERNELS = ("fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq", "total")
+
+# Roles a table set may leave out, and the role whose tables (its dtype tables too) they
+# then take.  kv_cache_attention's split kernel streams key tiles against a query tile as
+# the forward does, with at most its rows (kernels.kv_cache.row_tile), one gathered address
+# per key more, and no descriptors: the forward's tiles, fitted to each family's shared
+# memory and registers, fit it too.  Its merge reads [rows, D] fp32 tiles and sums them, as
+# the delta pre-pass does.  Untuned: no set has tables of its own for them yet.
+BORROWED = {"decode_split": "fwd", "decode_merge": "bwd_preprocess"}
 
 # Iluvatar CoreX (64-wide warps, limits unpublished): untuned, Ampere's tiles with half the
 # warps, so that a block keeps the thread count those tiles were measured with.
@@ -41,6 +49,9 @@ INTERPRETER_LAUNCH = {
     "bwd_dkdv": table((256, LaunchConfig(64, 64))),
     "bwd_dq": table((256, LaunchConfig(64, 64))),
     "total": table((256, LaunchConfig(64, 64))),
+    # 16-key tiles: the few dozen keys of an interpreter-sized cache still span several
+    # tiles and splits.
+    "decode_split": table((256, LaunchConfig(16, 16))),
 }
 
 
@@ -85,14 +96,17 @@ def launch_config(kernel: str, head_dim: int, dtype: str = "fp16", target: Targe
     (default: the current one).  A table keyed `"{kernel}.{dtype}"` (e.g. `fwd.fp32`, whose
     tiles take twice the shared memory) overrides the kernel's general table, and so, for
     the other dtypes, does `"{kernel}.{variant}"` (e.g. `fwd.dropout`, whose random-number
-    tiles need shared memory of their own).  An override (OVERRIDES) wins over every table."""
+    tiles need shared memory of their own).  A role the tables lack takes the tables of the
+    role it borrows (BORROWED).  An override (OVERRIDES) wins over every table."""
     if kernel in OVERRIDES:
         return OVERRIDES[kernel]
     tables = launch_tables(target or current_target())
-    keys = (f"{kernel}.{dtype}", *((f"{kernel}.{variant}",) if variant else ()), kernel)
-    for key in keys:
-        if key in tables:
-            return tables[key].pick(head_dim)
+    roles = (kernel, *((BORROWED[kernel],) if kernel in BORROWED else ()))
+    for role in roles:  # a borrowed role's tables, not its override: a sweep of fwd leaves decode alone
+        keys = (f"{role}.{dtype}", *((f"{role}.{variant}",) if variant else ()), role)
+        for key in keys:
+            if key in tables:
+                return tables[key].pick(head_dim)
     raise KeyError(f"no launch table for kernel {kernel!r}")
 
 

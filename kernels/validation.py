@@ -202,3 +202,114 @@ def check_max_seqlen(name: str, max_seqlen, offsets: list[int]) -> int:
     if max_seqlen < longest:
         raise ValueError(f"{name}: expected at least the longest sequence's length ({longest}), got {max_seqlen}")
     return int(max_seqlen)
+
+
+# ---- kv_cache_attention (kernels.kv_cache)
+
+def check_cache_seqlens(cache_seqlens, batch: int, capacity: int, appended: int, device: torch.device) -> list[int]:
+    """Each sequence's cache length before the append: an int32 (batch,) tensor on `device`,
+    each length >= 0 and, with `appended` new tokens after it, within the cache's `capacity`
+    (positions per sequence); returns them as Python ints (one copy to the host)."""
+    if not isinstance(cache_seqlens, torch.Tensor):
+        raise TypeError(f"cache_seqlens: expected a torch.Tensor, got {type(cache_seqlens).__name__}")
+    if cache_seqlens.dtype != torch.int32:
+        raise TypeError(f"cache_seqlens: expected dtype torch.int32, got {cache_seqlens.dtype}")
+    if tuple(cache_seqlens.shape) != (batch,):
+        raise ValueError(f"cache_seqlens: expected shape ({batch},) (one length per sequence of q), "
+                         f"got {tuple(cache_seqlens.shape)}")
+    if cache_seqlens.device != device:
+        raise ValueError(f"cache_seqlens: expected a tensor on {device} (q's device), got {cache_seqlens.device}")
+    lengths = cache_seqlens.tolist()
+    for index, length in enumerate(lengths):
+        if length < 0:
+            raise ValueError(f"cache_seqlens: expected lengths >= 0, got {length} (sequence {index})")
+        if length + appended > capacity:
+            new = f" plus the {appended} new tokens" if appended else ""
+            raise ValueError(f"cache_seqlens: sequence {index} holds {length}{new}, more than the cache's "
+                             f"{capacity} positions per sequence")
+    return lengths
+
+
+def check_block_table(block_table, batch: int, device: torch.device) -> None:
+    """An int32 (batch, max_pages) tensor on `device` (check_block_table_entries: its pages)."""
+    if not isinstance(block_table, torch.Tensor):
+        raise TypeError(f"block_table: expected a torch.Tensor or None, got {type(block_table).__name__}")
+    if block_table.dtype != torch.int32:
+        raise TypeError(f"block_table: expected dtype torch.int32, got {block_table.dtype}")
+    if block_table.dim() != 2 or block_table.shape[0] != batch:
+        raise ValueError(f"block_table: expected shape ({batch}, max_pages), got {tuple(block_table.shape)}")
+    if block_table.device != device:
+        raise ValueError(f"block_table: expected a tensor on {device} (q's device), got {block_table.device}")
+
+
+def check_block_table_entries(block_table: torch.Tensor, num_pages: int, pages_used: list[int]) -> None:
+    """The entries sequences reach (the first pages_used[b] of row b) are physical pages of
+    the cache, in [0, num_pages); the others are never read and may hold anything."""
+    pages = torch.arange(block_table.shape[1], device=block_table.device)
+    reached = pages[None, :] < torch.tensor(pages_used, device=block_table.device)[:, None]
+    outside = reached & ((block_table < 0) | (block_table >= num_pages))
+    if bool(outside.any()):
+        sequence, page = (int(i) for i in outside.nonzero()[0])
+        raise ValueError(f"block_table: expected the pages sequences reach in [0, {num_pages}) (the cache's pages), "
+                         f"got {int(block_table[sequence, page])} at [{sequence}, {page}]")
+
+
+def check_new_kv(k_new, v_new, shape: tuple, dtype: torch.dtype, device: torch.device) -> bool:
+    """Both None (nothing appended), or both tensors of `shape` (B, Sq, Hkv, D), the cache's
+    dtype, on `device`; returns whether they are given."""
+    if (k_new is None) != (v_new is None):
+        given, missing = ("k_new", "v_new") if v_new is None else ("v_new", "k_new")
+        raise ValueError(f"{missing}: expected a tensor since {given} is given (both or neither)")
+    if k_new is None:
+        return False
+    for name, t in (("k_new", k_new), ("v_new", v_new)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor or None, got {type(t).__name__}")
+        if tuple(t.shape) != tuple(shape):
+            raise ValueError(f"{name}: expected shape {tuple(shape)} (batch, seqlen_q, kv_heads, head_dim), "
+                             f"got {tuple(t.shape)}")
+        if t.dtype != dtype:
+            raise TypeError(f"{name}: expected the cache's dtype {dtype}, got {t.dtype}")
+        if t.device != device:
+            raise ValueError(f"{name}: expected a tensor on {device} (q's device), got {t.device}")
+    return True
+
+
+def check_num_splits(num_splits) -> int:
+    """An int >= 0: 0 for the kernel's own choice, n >= 1 for n splits of every sequence's keys."""
+    if isinstance(num_splits, (bool, torch.Tensor)) or not isinstance(num_splits, numbers.Integral):
+        raise TypeError(f"num_splits: expected an int, got {type(num_splits).__name__}")
+    if num_splits < 0:
+        raise ValueError(f"num_splits: expected an int >= 0 (0: the kernel's choice), got {num_splits}")
+    return int(num_splits)
+
+
+def check_optional_softcap(softcap) -> float | None:
+    """FlashAttention-2's kv-cache convention: 0 (or None) for no cap, else check_softcap's."""
+    if softcap is None or (isinstance(softcap, numbers.Real) and not isinstance(softcap, bool) and softcap == 0):
+        return None
+    if isinstance(softcap, (bool, torch.Tensor)) or not isinstance(softcap, numbers.Real):
+        raise TypeError(f"softcap: expected a Python float >= 0 (0 for no cap), got {type(softcap).__name__}")
+    if not math.isfinite(softcap) or softcap < 0:
+        raise ValueError(f"softcap: expected a finite number >= 0 (0 for no cap), got {softcap}")
+    return float(softcap)
+
+
+def check_descale(name: str, descale, cache_dtype: torch.dtype) -> float:
+    """The per-tensor dequantisation scale of an fp8 cache: None (1), a Python number, or a
+    0-dim / 1-element fp32 tensor (read once, on the host), finite and > 0; given only with
+    an fp8 cache."""
+    if descale is None:
+        return 1.0
+    if cache_dtype not in FP8:
+        raise ValueError(f"{name}: a descale applies to fp8 caches only; the cache is {cache_dtype}")
+    if isinstance(descale, torch.Tensor):
+        if descale.dtype != torch.float32 or descale.numel() != 1:
+            raise TypeError(f"{name}: expected a float or a 1-element torch.float32 tensor, "
+                            f"got a {descale.dtype} tensor of shape {tuple(descale.shape)}")
+        descale = descale.item()
+    elif isinstance(descale, bool) or not isinstance(descale, numbers.Real):
+        raise TypeError(f"{name}: expected a float or a 1-element torch.float32 tensor, got {type(descale).__name__}")
+    if not math.isfinite(descale) or descale <= 0:
+        raise ValueError(f"{name}: expected a finite number > 0, got {descale}")
+    return float(descale)

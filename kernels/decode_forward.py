@@ -1,0 +1,223 @@
+"""kv_cache_attention's kernels: attention of a few new query tokens to a (paged) KV cache,
+split over the keys (FlashDecoding), and the merge of the splits.
+
+decode_split_kernel: one program per (row tile x split, sequence x kv head).  Its rows are
+the query tokens x the H/Hkv query heads that share one kv head, token-major (row r is
+token r // group, head kv_head * group + r % group), so the group's heads share every K/V
+load, and a decode step (Sq = 1) still fills a 16-row tile with GQA.  A split is a
+contiguous run of whole key tiles of [0, L_b) (L_b: sequence b's context length); the
+program streams those of its split that the causal mask or window lets some of its rows
+see, with the dense forward's online softmax (kernels.blocks), scores (kernels.scores) and
+masks (kernels.bands), everything bottom-right aligned to L_b as the dense operator is to
+Sk.  It writes the split's normalised fp32 output and log-normalizer to scratch.
+
+decode_merge_kernel: per (row tile, sequence x kv head), the log-sum-exp merge of the
+splits, m = max_s lse_s, w_s = exp(lse_s - m):
+
+    out = sum_s w_s out_s / sum_s w_s,      lse = m + log(sum_s w_s)
+
+in fp32, the output rounded once to its dtype.  A split no row sees a key of wrote lse -inf
+and out 0: its weight is 0; a row no split gives a key is out 0, lse -inf.
+"""
+
+import triton
+import triton.language as tl
+
+from .bands import visible_pairs
+from .blocks import (
+    LOG2_E,
+    causal_key_end,
+    finished_rows,
+    load_row_stat,
+    load_tile,
+    mma,
+    narrow,
+    online_softmax_weights,
+    program_coordinates,
+    raw_scores,
+    store_tile,
+)
+from .decode_cache import cache_slots, gather_rows, scatter_rows, slot_offsets
+from .head_slices import kept_operand, sliced_products
+from .scores import head_slope, softmax_scale, softmax_scores
+
+
+@triton.jit
+def group_rows(row_start, kv_head, group_size, BLOCK_M: tl.constexpr):
+    """(rows, tokens, heads) of a row tile: the tile's rows, and the query token and query
+    head each row is (token-major within the kv head's group)."""
+    rows = row_start + tl.arange(0, BLOCK_M)
+    return rows, rows // group_size, kv_head * group_size + rows % group_size
+
+
+@triton.jit
+def split_keys(context_len, split, num_splits, BLOCK_N: tl.constexpr):
+    """[first, stop): split `split`'s keys, the same number of whole key tiles of [0, L) for
+    every split; the last splits are empty where there are fewer tiles than splits."""
+    tiles = tl.cdiv(tl.cdiv(context_len, BLOCK_N), num_splits)
+    first = split * tiles * BLOCK_N
+    return first, tl.minimum(first + tiles * BLOCK_N, context_len)
+
+
+@triton.jit
+def band_keys(first_token, last_token, seq_q, context_len, window_left, window_right,
+              CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+    """[lo, hi): the keys some query token of [first_token, last_token] may see: the band of
+    kernels.bands with Sk = L, all of [0, L) without a mask."""
+    lo = 0
+    hi = causal_key_end(last_token + 1, seq_q, context_len, CAUSAL)
+    if WINDOW:
+        offset = context_len - seq_q
+        lo = tl.maximum(first_token + offset - window_left, 0)
+        hi = tl.minimum(last_token + offset + window_right + 1, context_len)
+    return lo, hi
+
+
+@triton.jit
+def cached_tile(base, row_offsets, row_mask, dims, stride_d, head_dim, descale,
+                dtype: tl.constexpr, DEQUANTIZE: tl.constexpr, INTERPRETED: tl.constexpr):
+    """A K or V tile of the cache in the queries' dtype: an fp8 cache (DEQUANTIZE) is
+    dequantised as cache.to(fp32) * descale, rounded once to `dtype` (fp16/bf16/fp32), so
+    its products are those of a cache stored in q's dtype."""
+    tile = gather_rows(base, row_offsets, row_mask, dims, stride_d, head_dim)
+    if DEQUANTIZE:
+        tile = narrow(tile.to(tl.float32) * descale, dtype, INTERPRETED)
+    return tile
+
+
+@triton.jit
+def store_partial(out_base, lse_base, out, lse, rows, dims, stride_pm, stride_pd, rows_total, head_dim,
+                  INTERPRETED: tl.constexpr):
+    """One split's fp32 output tile and log-normalizer, for the merge."""
+    store_tile(out_base, out, rows, dims, stride_pm, stride_pd, rows_total, head_dim, INTERPRETED)
+    tl.store(lse_base + rows, lse, mask=rows < rows_total)
+
+
+# The lengths, the page size, the split count and the window vary from call to call: not
+# specialised on (a variant per divisibility pattern, or per page size 1, otherwise).
+@triton.jit(do_not_specialize=["kv_heads", "group_size", "seq_q", "page_size", "num_splits",
+                               "window_left", "window_right", "first_batch_head"])
+def decode_split_kernel(
+    Q, K, V, BLOCK_TABLE, CONTEXT_LENS, PARTIAL_OUT, PARTIAL_LSE,
+    sm_scale, k_descale, v_descale,
+    stride_qb, stride_qm, stride_qh, stride_qd,
+    stride_kp, stride_ks, stride_kh, stride_kd,
+    stride_vp, stride_vs, stride_vh, stride_vd,
+    stride_tb, stride_tp,
+    stride_ps, stride_pm, stride_pd, stride_ls,
+    kv_heads, group_size, seq_q, page_size, head_dim, num_splits,
+    window_left, window_right, softcap, ALIBI_SLOPES, stride_alibi_b,
+    first_batch_head,
+    CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
+    DEQUANTIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    INTERPRETED: tl.constexpr, HEAD_CHUNK: tl.constexpr = 0,
+):
+    block, batch_head, batch, kv_head, _ = program_coordinates(kv_heads, 1, first_batch_head)
+    split = block % num_splits
+    row_start = (block // num_splits) * BLOCK_M
+    rows, tokens, heads = group_rows(row_start, kv_head, group_size, BLOCK_M)
+    rows_total = seq_q * group_size
+    dims = tl.arange(0, BLOCK_D)
+    slot = batch_head.to(tl.int64) * num_splits + split  # (sequence, kv head, split) of the scratch
+    out_base = PARTIAL_OUT + slot * stride_ps
+    lse_base = PARTIAL_LSE + slot * stride_ls
+
+    context_len = tl.load(CONTEXT_LENS + batch)
+    split_first, split_stop = split_keys(context_len, split, num_splits, BLOCK_N)
+    last_token = (tl.minimum(row_start + BLOCK_M, rows_total) - 1) // group_size
+    band_lo, band_hi = band_keys(row_start // group_size, last_token, seq_q, context_len,
+                                 window_left, window_right, CAUSAL, WINDOW)
+    key_first = tl.maximum(split_first, (band_lo // BLOCK_N) * BLOCK_N)  # whole tiles: none crosses a split
+    key_stop = tl.minimum(split_stop, band_hi)
+    if key_first >= key_stop:
+        # No row of this tile sees a key of this split (past L, outside the band, or L = 0):
+        # it contributes nothing to the merge, which the weight exp(-inf - m) = 0 says.
+        empty_lse = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+        store_partial(out_base, lse_base, tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32), empty_lse,
+                      rows, dims, stride_pm, stride_pd, rows_total, head_dim, INTERPRETED)
+        return
+
+    # Padding rows (past the tile's last token) read row 0 and are never stored: no row mask.
+    q_rows = tl.where(rows < rows_total, tokens.to(tl.int64) * stride_qm + heads.to(tl.int64) * stride_qh, 0)
+    q_base = Q + batch.to(tl.int64) * stride_qb
+    q = kept_operand(q_base, q_rows, dims, 1, stride_qd, None, head_dim, HEAD_CHUNK)
+    k_base = K + kv_head.to(tl.int64) * stride_kh
+    v_base = V + kv_head.to(tl.int64) * stride_vh
+    table_row = BLOCK_TABLE + batch.to(tl.int64) * stride_tb
+    score_scale = softmax_scale(sm_scale, SOFTCAP, ALIBI)
+    qk_scale = score_scale * LOG2_E
+    alibi_slopes = head_slope(ALIBI_SLOPES, stride_alibi_b, batch, heads[:, None], ALIBI)  # one per row
+
+    row_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    row_sum_error = tl.zeros((BLOCK_M,), dtype=tl.float32)  # Kahan compensation
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    for key_start in range(key_first, key_stop, BLOCK_N):
+        cols = key_start + tl.arange(0, BLOCK_N)
+        in_cache = cols < context_len  # the last page's slots past L hold no key of this sequence
+        pages, slots = cache_slots(table_row, cols, context_len, page_size, stride_tp)
+        k_rows = slot_offsets(pages, slots, stride_kp, stride_ks)
+        if HEAD_CHUNK:  # keys past L read a slot of page 0, which exists; their scores are masked
+            raw = sliced_products(q_base, q_rows, 1, stride_qd, None, k_base, k_rows, 1, stride_kd, None,
+                                  head_dim, BLOCK_D, HEAD_CHUNK, INTERPRETED)
+        else:
+            k = cached_tile(k_base, k_rows, in_cache, dims, stride_kd, head_dim, k_descale,
+                            Q.dtype.element_ty, DEQUANTIZE, INTERPRETED)
+            raw = raw_scores(q, k, INTERPRETED)
+        s, _cap_slope = softmax_scores(raw, tokens, cols, seq_q, context_len, sm_scale, softcap, alibi_slopes,
+                                       SOFTCAP, ALIBI)
+        s = tl.where(in_cache[None, :], s, float("-inf"))
+        if CAUSAL or WINDOW:
+            s = tl.where(visible_pairs(tokens, cols, seq_q, context_len, window_left, window_right, CAUSAL, WINDOW),
+                         s, float("-inf"))
+        p, rescale, row_max, row_sum, row_sum_error = online_softmax_weights(
+            s, row_max, row_sum, row_sum_error, qk_scale)
+        # Slots past L may hold anything, NaN included (0 * NaN is NaN): they read 0.
+        v = cached_tile(v_base, slot_offsets(pages, slots, stride_vp, stride_vs), in_cache, dims, stride_vd,
+                        head_dim, v_descale, Q.dtype.element_ty, DEQUANTIZE, INTERPRETED)
+        # P is rounded to the queries' dtype for the product, as in the dense forward.
+        acc = mma(narrow(p, v.dtype, INTERPRETED), v, acc * rescale[:, None], INTERPRETED)
+
+    out, lse = finished_rows(acc, row_max, row_sum, score_scale)
+    store_partial(out_base, lse_base, out, lse, rows, dims, stride_pm, stride_pd, rows_total, head_dim, INTERPRETED)
+
+
+@triton.jit(do_not_specialize=["kv_heads", "group_size", "seq_q", "num_splits", "first_batch_head"])
+def decode_merge_kernel(
+    PARTIAL_OUT, PARTIAL_LSE, O, LSE,
+    stride_ps, stride_pm, stride_pd, stride_ls,
+    stride_ob, stride_om, stride_oh, stride_od,
+    stride_lb, stride_lh, stride_lm,
+    kv_heads, group_size, seq_q, head_dim, num_splits,
+    first_batch_head,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, INTERPRETED: tl.constexpr,
+):
+    block, batch_head, batch, kv_head, _ = program_coordinates(kv_heads, 1, first_batch_head)
+    rows, tokens, heads = group_rows(block * BLOCK_M, kv_head, group_size, BLOCK_M)
+    rows_total = seq_q * group_size
+    dims = tl.arange(0, BLOCK_D)
+    first_slot = batch_head.to(tl.int64) * num_splits
+
+    top = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    for split in range(0, num_splits):
+        top = tl.maximum(top, load_row_stat(PARTIAL_LSE + (first_slot + split) * stride_ls, rows, rows_total,
+                                            float("-inf")))
+    safe_top = tl.where(top == float("-inf"), 0.0, top)  # every split empty: weights exp(-inf) = 0, no NaN
+    total = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    for split in range(0, num_splits):
+        slot = first_slot + split
+        split_lse = load_row_stat(PARTIAL_LSE + slot * stride_ls, rows, rows_total, float("-inf"))
+        partial = load_tile(PARTIAL_OUT + slot * stride_ps, rows, dims, stride_pm, stride_pd, rows_total, head_dim)
+        weight = tl.exp(split_lse - safe_top)  # split s's share of the row's normalizer, relative to the largest
+        total += weight
+        acc += weight[:, None] * partial  # the rescale: each split's normalised output weighted by its share
+    # finished_rows with scale 1: out = acc / total and lse = m + log(total), 0 and -inf where total is 0.
+    out, lse = finished_rows(acc, top, total, 1.0)
+
+    real = rows < rows_total
+    out_rows = tokens.to(tl.int64) * stride_om + heads.to(tl.int64) * stride_oh
+    o_base = O + batch.to(tl.int64) * stride_ob
+    scatter_rows(o_base, narrow(out, O.dtype.element_ty, INTERPRETED), out_rows, real, dims, stride_od, head_dim)
+    lse_rows = batch.to(tl.int64) * stride_lb + heads.to(tl.int64) * stride_lh + tokens
+    tl.store(LSE + lse_rows, lse, mask=real)
