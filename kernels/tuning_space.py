@@ -24,9 +24,10 @@ from .targets import Target
 CONFIG_PATTERN = r"m(\d+)n(\d+)s(\d+)w(\d+)(?:-wpe(\d+))?(-tma)?(?:-hc(\d+))?"
 # Kernels that stream their loop's tiles through tensor descriptors where allowed.
 STREAMING = ("fwd", "bwd_dkdv", "bwd_dq")
-KERNELS = (*tuning.KERNELS, "piecewise_fwd", "piecewise_bwd_dkdv", "piecewise_bwd_dq")
+KERNELS = (*tuning.KERNELS, "piecewise_fwd", "piecewise_bwd_dkdv", "piecewise_bwd_dq", "decode_split", "decode_merge")
 # Kernels that can slice the head dim of their score products (kernels.head_slices).
-SLICING = ("fwd", "total", "bwd_dkdv", "bwd_dq", "piecewise_fwd", "piecewise_bwd_dkdv", "piecewise_bwd_dq")
+SLICING = ("fwd", "total", "bwd_dkdv", "bwd_dq", "piecewise_fwd", "piecewise_bwd_dkdv", "piecewise_bwd_dq",
+           "decode_split")
 
 # Axes of the space per tile family.  Half precision (fp16/bf16, and fp8 for the forward):
 # the tutorial's and the tables' tiles with their neighbours; fp32 (FMA-unit dots, twice
@@ -34,6 +35,9 @@ SLICING = ("fwd", "total", "bwd_dkdv", "bwd_dq", "piecewise_fwd", "piecewise_bwd
 _HALF = dict(block_m=(64, 128), block_n=(32, 64, 128), num_warps=(4, 8), num_stages=(1, 2, 3))
 _FP32 = dict(block_m=(16, 32, 64), block_n=(16, 32), num_warps=(4, 8), num_stages=(1, 2))
 _PREPROCESS = dict(block_m=(32, 64, 128), block_n=(64,), num_warps=(4,), num_stages=(1,))
+# kv_cache_attention's merge: rows per program (no key tile: block_n is not read) and the
+# warps of the pre-pass tables it borrows (kernels.tuning.BORROWED), 8 on RDNA; every family.
+_MERGE = dict(block_m=(16, 32, 64, 128), block_n=(64,), num_warps=(4, 8), num_stages=(1,))
 # RDNA (32-wide waves, 256 VGPRs per work-item): the tiles its tables choose among
 # (kernels.tables_amd: the forward's 128x64 at small head dims down to 16x16 where the
 # backward kernels' operands fill the registers), 4 to 16 waves (16 kept the most of
@@ -77,6 +81,8 @@ def _axes(kernel: str, target: Target, dtype: str) -> dict:
     CDNA, CoreX or NVIDIA."""
     if kernel == "bwd_preprocess":
         return _PREPROCESS
+    if kernel == "decode_merge":
+        return _MERGE
     if target.interpreted:
         return _INTERPRETED
     if target.backend == "hip" and target.warp_size == 32:
