@@ -190,6 +190,32 @@ MUTANTS: tuple[Mutant, ...] = (
            "(values and lengths from its own; the last sequence reads past the end of k)",
            (Edit(_FORWARD, "K = at_token(K, k_start, stride_kn)",
                  "K = at_token(K, tl.load(CU_SEQLENS_K + batch + 1), stride_kn)"),)),
+    # ---- faults of kv_cache_attention (issue 34): the split kernel, its merge, the page
+    # addressing and the append (kernels/decode_forward.py, kernels/decode_cache.py)
+    Mutant("kv_cache_merge_without_rescale",
+           "kv_cache_attention's merge sums the splits' normalised outputs without their weights "
+           "exp(lse_s - m) (exact with one split that sees keys)",
+           (Edit("decode_forward.py", "acc += weight[:, None] * partial", "acc += partial"),)),
+    Mutant("kv_cache_empty_split_lse_zero",
+           "kv_cache_attention: a split that sees no key writes lse 0 instead of -inf, so the merge "
+           "weighs its output of 0 in",
+           (Edit("decode_forward.py", 'empty_lse = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)',
+                 "empty_lse = tl.zeros((BLOCK_M,), dtype=tl.float32)"),)),
+    Mutant("kv_cache_last_page_unmasked",
+           "kv_cache_attention: the slots of a sequence's last page past its length L are not masked "
+           "(the keys run to the page's end)",
+           (Edit("decode_forward.py", "in_cache = cols < context_len",
+                 "in_cache = cols < tl.cdiv(context_len, page_size) * page_size"),
+            Edit("decode_forward.py", "cache_slots(table_row, cols, context_len,",
+                 "cache_slots(table_row, cols, tl.cdiv(context_len, page_size) * page_size,"))),
+    Mutant("kv_cache_page_index_off_by_one",
+           "paged KV cache: the block-table lookup reads logical page p + 1 (clamped to the sequence's "
+           "last page) for position j in page p",
+           (Edit("decode_cache.py", "page_index = positions // page_size",
+                 "page_index = tl.minimum(positions // page_size + 1, (length - 1) // page_size)"),)),
+    Mutant("kv_cache_new_kv_one_slot_late",
+           "kv_cache_attention's append writes k_new, v_new one slot late, at cache_seqlens + 1 + i",
+           (Edit("decode_cache.py", "positions = cache_len + tokens", "positions = cache_len + tokens + 1"),)),
     # ---- robustness fixtures (not counted, never run by the kill table)
     Mutant("crash",
            "out-of-bounds read 2^40 elements past K when Sk == 1: an illegal memory access on a GPU, "
