@@ -1,0 +1,362 @@
+"""kv_cache_attention on the interpreter (issue 34): the kernel against a float64 oracle written
+here -- each sequence's keys gathered through its block table, cut at its length, then the dense
+reference of tests/test_kernel_variants.py on them -- by the 2x rule; the append; every argument
+error; and, for each of the operator's mutants, a case that kills it."""
+
+import math
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from conformance.backends import activate
+
+PROFILE = activate()  # must precede `import kernels` (sets TRITON_INTERPRET=1 on CPU)
+
+from conformance.bundled import kernels  # noqa: E402
+from conformance.bundled.kernels import kv_cache, tuning, tuning_space  # noqa: E402
+from conformance.bundled.kernels.targets import INTERPRETER, Target  # noqa: E402
+from conformance.bundled.mutants import registry  # noqa: E402
+from test_kernel_variants import BF16, FP16, FP32, assert_rule, reference, score_size  # noqa: E402
+
+DEVICE = PROFILE.device
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Cache lengths before the call, one per sequence; page_size None: contiguous.  Paged:
+    pages shuffled, one page nobody uses, sequence 1's first `shared` pages sequence 0's.
+    `spare` positions past each length (room for the append)."""
+
+    lengths: tuple
+    page_size: int | None = None
+    shared: int = 0
+    spare: int = 0
+
+
+@dataclass(frozen=True)
+class Case:
+    """q of (B, seq_q, heads, head_dim) in `dtype`; the cache in `cache_dtype` (None: q's);
+    `junk`: what every slot that holds no key holds (None: drawn values, like the keys)."""
+
+    dtype: torch.dtype
+    layout: Layout
+    seq_q: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    options: dict = field(default_factory=dict)
+    append: bool = False
+    cache_dtype: torch.dtype | None = None
+    junk: float | None = None
+    scale: float = 1.0
+
+
+CASES = {
+    "contiguous-fp16-lengths-0-1-unaligned-nan-junk":
+        Case(FP16, Layout((0, 1, 37, 20)), 1, 2, 2, 32, junk=NAN),
+    "paged1-bf16-gqa4-causal-splits3": Case(BF16, Layout((5, 23), 1), 4, 8, 2, 16, dict(causal=True, num_splits=3)),
+    "paged16-fp32-mqa-splits16-last-page-partial":
+        Case(FP32, Layout((16, 45, 1), 16), 1, 4, 1, 64, dict(num_splits=16), junk=NAN),
+    "paged7-shared-prefix-fp16-causal": Case(FP16, Layout((30, 26), 7, shared=3), 4, 4, 2, 32,
+                                             dict(causal=True, num_splits=1)),
+    "window-fp16": Case(FP16, Layout((40, 9), 16), 4, 2, 1, 16, dict(window_size=(6, 2), num_splits=3)),
+    "softcap-bf16": Case(BF16, Layout((33,)), 1, 4, 2, 64, dict(softcap=4.0), scale=3.0),
+    "alibi-causal-fp32": Case(FP32, Layout((21, 40), 16), 4, 4, 2, 16, dict(alibi_slopes="BH", causal=True)),
+    "append-paged16-fp16-causal": Case(FP16, Layout((0, 13, 30), 16, spare=4), 4, 4, 2, 32,
+                                       dict(causal=True, num_splits=3), append=True, junk=NAN),
+    "append-contiguous-bf16": Case(BF16, Layout((1, 20), spare=1), 1, 2, 1, 16, append=True),
+    "fp8e4m3-paged16-fp16": Case(FP16, Layout((24, 37), 16), 1, 4, 2, 32, dict(k_descale=0.25, v_descale=0.5),
+                                 cache_dtype=E4M3),
+    "fp8e5m2-append-bf16": Case(BF16, Layout((3, 17), 16, spare=4), 4, 2, 2, 16,
+                                dict(k_descale=0.5, v_descale=0.25, causal=True), append=True, cache_dtype=E5M2),
+}
+
+
+def draw(shape, gen, dtype, scale=1.0):
+    return (torch.randn(shape, generator=gen) * scale).to(dtype)
+
+
+def page_table(layout: Layout, gen) -> tuple[torch.Tensor, int]:
+    """(block table, pages): each sequence's pages shuffled over the cache, -1 past them."""
+    ps = layout.page_size
+    counts = [math.ceil((length + layout.spare) / ps) for length in layout.lengths]
+    own = [count - (layout.shared if b == 1 else 0) for b, count in enumerate(counts)]
+    physical = torch.randperm(sum(own) + 1, generator=gen).tolist()  # one page is nobody's
+    table = torch.full((len(counts), max(counts) + 1), -1, dtype=torch.int32)
+    for b, count in enumerate(counts):
+        shared = layout.shared if b == 1 else 0
+        table[b, :shared] = table[0, :shared]
+        table[b, shared:count] = torch.tensor([physical.pop() for _ in range(count - shared)], dtype=torch.int32)
+    return table, sum(own) + 1
+
+
+def cache_of(case: Case, gen):
+    """(k_cache, v_cache, block_table or None, the table and page size the oracle reads by)."""
+    layout, dtype = case.layout, case.cache_dtype or case.dtype
+    batch = len(layout.lengths)
+    if layout.page_size is None:
+        smax = max(layout.lengths) + layout.spare
+        table, pages, page_size = torch.arange(batch, dtype=torch.int32)[:, None], batch, smax
+    else:
+        (table, pages), page_size = page_table(layout, gen), layout.page_size
+    scale = case.scale * (4 if dtype.itemsize == 1 else 1)  # fp8: values the descales bring back to ~1
+    k, v = (draw((pages, page_size, case.kv_heads, case.head_dim), gen, FP32, scale) for _ in "kv")
+    if case.junk is not None:
+        held = torch.zeros(pages, page_size, dtype=torch.bool)
+        for b, length in enumerate(layout.lengths):
+            positions = torch.arange(length)
+            held[table[b, positions // page_size].long(), positions % page_size] = True
+        k[~held], v[~held] = case.junk, case.junk
+    k, v = k.to(dtype), v.to(dtype)
+    return k, v, None if layout.page_size is None else table, table, page_size
+
+
+def gathered(cache, table, page_size, b, length):
+    """Sequence b's first `length` positions of a cache, (length, Hkv, D)."""
+    positions = torch.arange(length)
+    return cache[table[b, positions // page_size].long(), positions % page_size]
+
+
+def appended(cache, table, page_size, lengths, new):
+    """The cache after writing new (B, Sq, Hkv, D) at positions lengths[b] .. + Sq - 1."""
+    cache = cache.clone()
+    for b, length in enumerate(lengths):
+        positions = length + torch.arange(new.shape[1])
+        cache[table[b, positions // page_size].long(), positions % page_size] = new[b]
+    return cache
+
+
+def dequantised(keys, dtype, descale):
+    return keys if keys.dtype == dtype else (keys.to(FP32) * descale).to(dtype)
+
+
+def oracle(q, k_cache, v_cache, table, page_size, lengths, options, exact):
+    """out (B, Sq, H, D) and lse (B, H, Sq) per sequence: its context gathered, dequantised,
+    then the dense reference (bottom-right aligned to the context's length)."""
+    slopes = options.get("alibi_slopes")
+    window = options.get("window_size")
+    outs, lses = [], []
+    for b, length in enumerate(lengths):
+        k, v = (dequantised(gathered(cache, table, page_size, b, length), q.dtype, options.get(f"{name}_descale", 1.0))
+                for name, cache in (("k", k_cache), ("v", v_cache)))
+        sequence = [t.transpose(0, 1)[None] for t in (q[b], k, v)]
+        result = reference(*sequence, torch.zeros_like(sequence[0]), causal=options.get("causal", False),
+                           window=window, softcap=options.get("softcap"),
+                           alibi=None if slopes is None else (slopes if slopes.dim() == 1 else slopes[b]), exact=exact)
+        outs.append(result["out"][0].transpose(0, 1))
+        lses.append(result["lse"][0])
+    return dict(out=torch.stack(outs), lse=torch.stack(lses))
+
+
+def inputs_of(case: Case, seed=0):
+    gen = torch.Generator().manual_seed(seed + case.head_dim + 7 * len(case.layout.lengths))
+    batch = len(case.layout.lengths)
+    q = draw((batch, case.seq_q, case.heads, case.head_dim), gen, case.dtype, case.scale)
+    k_cache, v_cache, block_table, table, page_size = cache_of(case, gen)
+    new = {}
+    if case.append:
+        new = {name: draw((batch, case.seq_q, case.kv_heads, case.head_dim), gen, FP32).to(k_cache.dtype)
+               for name in ("k_new", "v_new")}
+    options = dict(case.options)
+    if "alibi_slopes" in options:
+        shape = (case.heads,) if options["alibi_slopes"] == "H" else (batch, case.heads)
+        options["alibi_slopes"] = torch.rand(shape, generator=gen) * 0.5 + 0.05
+    seqlens = torch.tensor(case.layout.lengths, dtype=torch.int32)
+    return q, k_cache, v_cache, seqlens, block_table, new, options, (table, page_size)
+
+
+def bits(t):
+    return t.view(torch.uint8)
+
+
+def judge(case: Case, operator=None, seed=0):
+    """Run `operator` (the bundled one by default) on the case under poisoned outputs; assert
+    the 2x rule on out and lse, and the caches bit for bit (the new entries k_new/v_new,
+    nothing else touched).  Returns the kernel's out and lse."""
+    operator = operator or kernels.kv_cache_attention
+    q, k_cache, v_cache, seqlens, block_table, new, options, (table, page_size) = inputs_of(case, seed)
+    lengths = list(case.layout.lengths)
+    expected = [k_cache, v_cache]
+    if case.append:
+        expected = [appended(c, table, page_size, lengths, new[name]) for c, name in ((k_cache, "k_new"),
+                                                                                      (v_cache, "v_new"))]
+        lengths = [length + case.seq_q for length in lengths]
+    with kernels.poisoned_outputs():
+        out, lse = operator(q, k_cache, v_cache, seqlens, block_table=block_table, return_log_normalizer=True,
+                            **new, **options)
+    for got, want, name in zip((k_cache, v_cache), expected, ("k_cache", "v_cache")):
+        assert torch.equal(bits(got), bits(want)), f"{name}: not the expected cache after the call"
+    ref, matched = (oracle(q, *expected, table, page_size, lengths, options, exact) for exact in (True, False))
+    keys = torch.cat([dequantised(gathered(expected[0], table, page_size, b, n), q.dtype,
+                                  options.get("k_descale", 1.0)) for b, n in enumerate(lengths)])
+    term = score_size(q.transpose(1, 2), keys.transpose(0, 1)[None], options.get("alibi_slopes"),
+                      case.seq_q, max(lengths)) if len(keys) else 0.0
+    assert out.shape == q.shape and out.dtype == q.dtype and lse.shape == ref["lse"].shape
+    assert_rule(dict(out=out, lse=lse), matched, ref, case.dtype, term)
+    return out, lse
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_kernel_follows_the_rule_against_the_per_sequence_oracle(name):
+    judge(CASES[name])
+
+
+def test_an_empty_sequence_gives_out_0_and_lse_minus_inf():
+    out, lse = judge(CASES["contiguous-fp16-lengths-0-1-unaligned-nan-junk"])
+    assert not out[0].any() and torch.isneginf(lse[0]).all()
+    assert torch.isfinite(lse[1:]).all()
+
+
+def test_head_slices_read_the_gathered_keys(monkeypatch):
+    """A launch that slices the head dim (RDNA's tables at D >= 128) multiplies 16-column
+    slices of the gathered q and key rows: by the rule, with NaN in every unused slot."""
+    monkeypatch.setitem(tuning.OVERRIDES, "decode_split", tuning.LaunchConfig(16, 16, head_chunk=16))
+    judge(Case(FP16, Layout((19, 40), 16), 4, 4, 2, 64, dict(causal=True, num_splits=2), junk=NAN))
+
+
+def test_the_split_heuristic_fills_the_processors_within_its_bounds():
+    assert kv_cache.split_count(5, 64, 4000, 64, 132) == 5  # forced
+    assert kv_cache.split_count(0, 8, 4096, 64, 132) == 16  # capped
+    assert kv_cache.split_count(0, 32, 4096, 64, 132) == 5  # ceil(132 / 32)
+    assert kv_cache.split_count(0, 2, 40, 16, 8) == 3  # a split holds a key tile at least
+    assert kv_cache.split_count(0, 200, 4096, 64, 132) == 1
+    assert kv_cache.split_count(0, 2, 0, 16, 8) == 1  # no key anywhere
+
+
+FAMILIES = [INTERPRETER, Target("cuda", 80, 32), Target("cuda", 90, 32), Target("cuda", 120, 32),
+            Target("hip", "gfx942", 64), Target("hip", "gfx1100", 32), Target("hip", "gfx1201", 32)]
+
+
+@pytest.mark.parametrize("target", FAMILIES, ids=lambda t: t.name)
+def test_every_target_has_decode_launch_configurations_in_its_tuning_space(target):
+    """decode_split and decode_merge take the forward's and the delta pre-pass's tiles where a
+    set has none of its own (kernels.tuning.BORROWED), and the sweep covers what they take."""
+    for kernel in ("decode_split", "decode_merge"):
+        for dtype in ("fp16", "bf16", "fp32"):
+            for head_dim in (16, 64, 128, 256):
+                config = tuning.launch_config(kernel, head_dim, dtype, target)
+                assert config in tuning_space.space(kernel, target, dtype), (kernel, dtype, head_dim, config)
+    with tuning_space.configured("fwd", tuning.LaunchConfig(32, 32)):  # a sweep of fwd leaves decode alone
+        assert tuning.launch_config("decode_split", 64, "fp16", Target("cuda", 90, 32)) == \
+            tuning.HOPPER.tables["fwd"].pick(64)
+
+
+# ----------------------------------------------------------------------------- argument errors
+
+def valid_arguments(paged=False):
+    gen = torch.Generator().manual_seed(1)
+    q = draw((2, 4, 4, 16), gen, FP16)
+    shape = (5, 4, 2, 16) if paged else (2, 8, 2, 16)
+    args = dict(q=q, k_cache=draw(shape, gen, FP16), v_cache=draw(shape, gen, FP16),
+                cache_seqlens=torch.tensor([3, 2], dtype=torch.int32))
+    if paged:
+        args["block_table"] = torch.tensor([[4, 0, -1], [2, 3, 1]], dtype=torch.int32)
+    return args
+
+
+def _set(**changes):
+    return lambda args: args.update(changes)
+
+
+ERRORS = [
+    ("q", lambda a: a.update(q=a["q"][0]), ValueError),
+    ("q", lambda a: a.update(q=a["q"].to(torch.int32)), TypeError),
+    ("q", lambda a: a.update(q=a["q"][..., :8]), ValueError),  # head dim 8
+    ("q", lambda a: a.update(q=a["q"].clone().requires_grad_()), ValueError),  # forward only
+    ("k_cache", lambda a: a.update(k_cache=a["k_cache"][0]), ValueError),
+    ("k_cache", lambda a: a.update(k_cache=a["k_cache"].float(), v_cache=a["v_cache"].float()), TypeError),
+    ("v_cache", lambda a: a.update(v_cache=a["v_cache"].float()), ValueError),
+    ("v_cache", lambda a: a.update(v_cache=a["v_cache"][:, :4]), ValueError),  # another page size
+    ("k_cache", lambda a: a.update(q=a["q"][:, :, :3]), ValueError),  # 2 kv heads, 3 query heads
+    ("k_cache", lambda a: a.update(k_cache=a["k_cache"][..., :8], v_cache=a["v_cache"][..., :8]), ValueError),
+    ("k_cache", lambda a: a.update(k_cache=a["k_cache"][:1], v_cache=a["v_cache"][:1]), ValueError),  # batch
+    ("cache_seqlens", _set(cache_seqlens=[3, 2]), TypeError),
+    ("cache_seqlens", _set(cache_seqlens=torch.tensor([3, 2])), TypeError),  # int64
+    ("cache_seqlens", _set(cache_seqlens=torch.tensor([3], dtype=torch.int32)), ValueError),
+    ("cache_seqlens", _set(cache_seqlens=torch.tensor([3, -1], dtype=torch.int32)), ValueError),
+    ("cache_seqlens", _set(cache_seqlens=torch.tensor([9, 2], dtype=torch.int32)), ValueError),  # past Smax
+    ("cache_seqlens", _set(cache_seqlens=torch.tensor([3, 2], dtype=torch.int32, device="meta")), ValueError),
+    ("cache_seqlens", lambda a: a.update(k_new=a["k_cache"][:, :4].clone(), v_new=a["v_cache"][:, :4].clone(),
+                                         cache_seqlens=torch.tensor([5, 2], dtype=torch.int32)), ValueError),
+    ("k_new", lambda a: a.update(k_new=a["k_cache"][:, :3].clone(), v_new=a["v_cache"][:, :3].clone()), ValueError),
+    ("k_new", lambda a: a.update(k_new=a["k_cache"][:, :4].float(), v_new=a["v_cache"][:, :4].clone()), TypeError),
+    ("v_new", lambda a: a.update(k_new=a["k_cache"][:, :4].clone()), ValueError),
+    ("k_new", lambda a: a.update(v_new=a["v_cache"][:, :4].clone()), ValueError),
+    ("causal", _set(causal=1), TypeError),
+    ("window_size", _set(window_size=(-2, 0)), ValueError),
+    ("window_size", _set(window_size=4), TypeError),
+    ("softcap", _set(softcap=-1.0), ValueError),
+    ("softcap", _set(softcap="4"), TypeError),
+    ("alibi_slopes", _set(alibi_slopes=torch.ones(3)), ValueError),
+    ("alibi_slopes", _set(alibi_slopes=torch.ones(4, dtype=FP16)), TypeError),
+    ("sm_scale", _set(sm_scale=0.0), ValueError),
+    ("num_splits", _set(num_splits=-1), ValueError),
+    ("num_splits", _set(num_splits=2.0), TypeError),
+    ("num_splits", _set(num_splits=True), TypeError),
+    ("return_log_normalizer", _set(return_log_normalizer=1), TypeError),
+    ("k_descale", _set(k_descale=0.5), ValueError),  # an fp16 cache
+]
+PAGED_ERRORS = [
+    ("block_table", _set(block_table=torch.tensor([[4, 0, -1], [2, 3, 1]])), TypeError),  # int64
+    ("block_table", _set(block_table=torch.tensor([4, 0, 2], dtype=torch.int32)), ValueError),
+    ("block_table", _set(block_table=torch.tensor([[4, 0, -1]], dtype=torch.int32)), ValueError),
+    ("block_table", _set(block_table=torch.tensor([[-1, 0, 4], [2, 3, 1]], dtype=torch.int32)), ValueError),
+    ("block_table", _set(block_table=torch.tensor([[4, 0, 1], [5, 3, 1]], dtype=torch.int32)), ValueError),
+    ("cache_seqlens", _set(cache_seqlens=torch.tensor([3, 13], dtype=torch.int32)), ValueError),  # 3 pages of 4
+    ("k_descale", lambda a: a.update(k_cache=a["k_cache"].to(E4M3), v_cache=a["v_cache"].to(E4M3),
+                                     k_descale=-1.0), ValueError),
+    ("v_descale", lambda a: a.update(k_cache=a["k_cache"].to(E4M3), v_cache=a["v_cache"].to(E4M3),
+                                     v_descale=torch.ones(2)), TypeError),
+]
+
+
+@pytest.mark.parametrize("paged, name, change, error",
+                         [(False, *e) for e in ERRORS] + [(True, *e) for e in PAGED_ERRORS],
+                         ids=lambda x: x if isinstance(x, str) else None)
+def test_every_argument_error_names_its_argument_before_any_launch(paged, name, change, error):
+    args = valid_arguments(paged)
+    change(args)
+    caches = [args[c].clone() for c in ("k_cache", "v_cache")]
+    with pytest.raises(error, match=rf"^{name}: "):
+        kernels.kv_cache_attention(**args)
+    assert all(torch.equal(bits(args[c]), bits(b)) for c, b in zip(("k_cache", "v_cache"), caches))
+
+
+def test_valid_arguments_run_and_unreached_table_entries_are_never_read():
+    for paged in (False, True):
+        args = valid_arguments(paged)  # the paged table's -1 lies past sequence 0's 3 keys
+        out = kernels.kv_cache_attention(**args, softcap=0.0, window_size=[-1, -1])
+        assert out.shape == args["q"].shape and torch.isfinite(out).all()
+
+
+def test_an_error_after_the_new_tokens_leaves_the_cache_untouched():
+    args = valid_arguments()
+    args.update(k_new=args["k_cache"][:, :4].clone(), v_new=args["v_cache"][:, :4].clone(), num_splits=-1)
+    before = args["k_cache"].clone()
+    with pytest.raises(ValueError, match="^num_splits: "):
+        kernels.kv_cache_attention(**args)
+    assert torch.equal(args["k_cache"], before)
+
+
+# ----------------------------------------------------------------------------- mutants
+
+KILLERS = {
+    "kv_cache_merge_without_rescale": "paged16-fp32-mqa-splits16-last-page-partial",
+    "kv_cache_empty_split_lse_zero": "paged16-fp32-mqa-splits16-last-page-partial",
+    "kv_cache_last_page_unmasked": "paged16-fp32-mqa-splits16-last-page-partial",
+    "kv_cache_page_index_off_by_one": "paged7-shared-prefix-fp16-causal",
+    "kv_cache_new_kv_one_slot_late": "append-contiguous-bf16",
+}
+
+
+@pytest.mark.parametrize("mutant", KILLERS)
+def test_each_mutant_fails_the_oracle_on_its_case(mutant):
+    """Through the mutant registry (kv_cache_attention_<mutant>), on a case the bundled kernel
+    passes (test_kernel_follows_the_rule_against_the_per_sequence_oracle): the rule or the
+    cache check fails."""
+    mutated = getattr(registry, f"kv_cache_attention_{mutant}")
+    with pytest.raises(AssertionError, match="2x rule broken|not the expected cache"):
+        judge(CASES[KILLERS[mutant]], mutated)
