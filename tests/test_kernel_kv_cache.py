@@ -15,6 +15,7 @@ PROFILE = activate()  # must precede `import kernels` (sets TRITON_INTERPRET=1 o
 
 from conformance.bundled import kernels  # noqa: E402
 from conformance.bundled.kernels import kv_cache, tuning, tuning_space  # noqa: E402
+from conformance.bundled.kernels import launch as kernels_launch  # noqa: E402
 from conformance.bundled.kernels.targets import INTERPRETER, Target  # noqa: E402
 from conformance.bundled.mutants import registry  # noqa: E402
 from test_kernel_variants import BF16, FP16, FP32, assert_rule, reference, score_size  # noqa: E402
@@ -64,7 +65,8 @@ CASES = {
                                              dict(causal=True, num_splits=1)),
     "window-fp16": Case(FP16, Layout((40, 9), 16), 4, 2, 1, 16, dict(window_size=(6, 2), num_splits=3)),
     "softcap-bf16": Case(BF16, Layout((33,)), 1, 4, 2, 64, dict(softcap=4.0), scale=3.0),
-    "alibi-causal-fp32": Case(FP32, Layout((21, 40), 16), 4, 4, 2, 16, dict(alibi_slopes="BH", causal=True)),
+    "alibi-causal-fp32-rows-without-keys": Case(FP32, Layout((2, 40), 16), 4, 4, 2, 16,
+                                                dict(alibi_slopes="BH", causal=True)),
     "append-paged16-fp16-causal": Case(FP16, Layout((0, 13, 30), 16, spare=4), 4, 4, 2, 32,
                                        dict(causal=True, num_splits=3), append=True, junk=NAN),
     "append-contiguous-bf16": Case(BF16, Layout((1, 20), spare=1), 1, 2, 1, 16, append=True),
@@ -215,6 +217,23 @@ def test_head_slices_read_the_gathered_keys(monkeypatch):
     slices of the gathered q and key rows: by the rule, with NaN in every unused slot."""
     monkeypatch.setitem(tuning.OVERRIDES, "decode_split", tuning.LaunchConfig(16, 16, head_chunk=16))
     judge(Case(FP16, Layout((19, 40), 16), 4, 4, 2, 64, dict(causal=True, num_splits=2), junk=NAN))
+
+
+def test_strided_inputs_are_read_in_place_and_the_grid_splits_over_sequences_x_kv_heads(monkeypatch):
+    """q a (B, H, Sq, D) tensor's transpose, the caches every other page of a larger tensor:
+    the same bits as contiguous copies; so are launches of one (sequence, kv head) each."""
+    q, k_cache, v_cache, seqlens, table, _, options, _ = inputs_of(CASES["window-fp16"])
+    run = lambda *tensors: kernels.kv_cache_attention(*tensors, seqlens, block_table=table, **options)  # noqa: E731
+    expected = run(q, k_cache, v_cache)
+    strided = [q.transpose(1, 2).contiguous().transpose(1, 2)]
+    for cache in (k_cache, v_cache):
+        spaced = torch.zeros((2 * cache.shape[0], *cache.shape[1:]), dtype=cache.dtype)
+        spaced[::2] = cache
+        strided.append(spaced[::2])
+    assert not any(t.is_contiguous() for t in strided)
+    assert torch.equal(run(*strided), expected)
+    monkeypatch.setattr(kernels_launch, "MAX_GRID_BATCH_HEADS", 1)
+    assert torch.equal(run(q, k_cache, v_cache), expected)
 
 
 def test_the_split_heuristic_fills_the_processors_within_its_bounds():
