@@ -38,8 +38,9 @@ SMOKE: tuple[Grid, ...] = (
     # GQA 4:1, one token, pages of one key in a shuffled table, the heuristic's splits
     dict(op=KV, direction=("fwd",), dtype=("bf16",), head_dim=(64,), causal=(False,),
          lens=("mixed",), page=(1,), table=("shuffled",), shape=[(2, 8, 2, 1, 60)]),
-    # new tokens appended into pages of 16 whose prefix three sequences share; 2 splits
-    dict(op=KV, direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(True,), lse=(True,),
+    # new tokens appended into pages of 16 whose prefix three sequences share; 2 splits; no
+    # causal mask, so only the lengths keep each last page's slots past L out
+    dict(op=KV, direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(False,), lse=(True,),
          lens=("mixed",), page=(16,), table=("shared",), append=(True,), splits=(2,),
          shape=[(5, 2, 2, 2, 80)]),
     # window, softcap and ALiBi at once in fp32, appended to a contiguous cache

@@ -65,7 +65,7 @@ SMOKE_FLAKE = (
     # KV-cache decoding: forced splits over mixed cache lengths; pages with a shared prefix, appended
     dict(op=("kv_cache_attention",), direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(True,),
          lse=(True,), lens=("mixed",), splits=(3,), shape=[(5, 4, 1, 4, 48)]),
-    dict(op=("kv_cache_attention",), direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(True,),
+    dict(op=("kv_cache_attention",), direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(False,),
          lse=(True,), lens=("mixed",), page=(16,), table=("shared",), append=(True,), splits=(2,),
          shape=[(5, 2, 2, 2, 80)]),
 )
