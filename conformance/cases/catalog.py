@@ -114,7 +114,7 @@ KERNELS_LAUNCHED = {
     # and until they are listed here no `cfg=` token is valid for the varlen operator.
     ("flash_attention_varlen", "fwd"): (),
     ("flash_attention_varlen", "bwd"): (),
-    ("kv_cache_attention", "fwd"): (),
+    ("kv_cache_attention", "fwd"): ("decode_split", "decode_merge"),
     ("kv_cache_attention", "bwd"): (),
 }
 # Values `bad_input` can plant in the first query tensor (see conformance.cases.inputs).

@@ -32,6 +32,9 @@ _CALLS = {
     "piecewise_fwd": ("piecewise_attention", "fwd", {"dist": 64}),
     "piecewise_bwd_dkdv": ("piecewise_attention", "bwd", {"dist": 64}),
     "piecewise_bwd_dq": ("piecewise_attention", "bwd", {"dist": 64}),
+    # mixed cache lengths in shuffled pages of 16, three splits: partial pages, empty splits
+    "decode_split": ("kv_cache_attention", "fwd", {"lens": "mixed", "page": 16, "table": "shuffled", "splits": 3}),
+    "decode_merge": ("kv_cache_attention", "fwd", {"lens": "mixed", "page": 16, "table": "shuffled", "splits": 3}),
 }
 WITH_DROPOUT = ("fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq")
 # (batch, heads, kv_heads, seq_q, seq_k): GQA with ragged Sq < Sk; Sq > Sk, whose first

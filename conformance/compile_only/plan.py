@@ -3,8 +3,8 @@ launches cover every launch configuration the target's profile would use.
 
 The kernels are not compiled from a second, hand-written description of their
 arguments: the worker calls the real operators (flash_attention forward, backward
-and total attention; piecewise_attention forward and backward) and compiles what
-they launch.  This module only chooses the calls: per dtype, per head dim, per
+and total attention; piecewise_attention forward and backward; kv_cache_attention's
+append, split and merge) and compiles what they launch.  This module only chooses the calls: per dtype, per head dim, per
 causal/dropout variant.
 """
 
@@ -16,7 +16,7 @@ from conformance.backends.profile import FP8, BackendProfile
 from conformance.bundled.kernels.tuning_space import config_text, space
 from conformance.bundled.kernels.validation import DTYPE_NAMES
 
-FLASH, PIECEWISE = "flash_attention", "piecewise_attention"
+FLASH, PIECEWISE, KV_CACHE = "flash_attention", "piecewise_attention", "kv_cache_attention"
 # full: every dtype x power-of-two head dim x variant of the profile.
 # quick (CI): each launch-table row's largest head dim, one dtype per table family
 # (fp16 for the general tables -- bf16 launches the same tiles -- fp32 for the fp32
@@ -28,7 +28,8 @@ SCOPES = ("full", "quick", "sweep")
 # The call that launches each kernel of the tuning space, and its configurations per chunk.
 _SWEEP_CALLS = {"fwd": (FLASH, False), "total": (FLASH, False), "bwd_preprocess": (FLASH, True),
                 "bwd_dkdv": (FLASH, True), "bwd_dq": (FLASH, True), "piecewise_fwd": (PIECEWISE, False),
-                "piecewise_bwd_dkdv": (PIECEWISE, True), "piecewise_bwd_dq": (PIECEWISE, True)}
+                "piecewise_bwd_dkdv": (PIECEWISE, True), "piecewise_bwd_dq": (PIECEWISE, True),
+                "decode_split": (KV_CACHE, False), "decode_merge": (KV_CACHE, False)}
 _SWEEP_CHUNK = 12
 # Bits of each input dtype's operands.
 _OPERAND_BITS = {name: dtype.itemsize * 8 for dtype, name in DTYPE_NAMES.items()}
@@ -83,13 +84,15 @@ def _variants(scope: str, with_dropout: bool) -> list[tuple[bool, bool]]:
 
 
 def calls(profile: BackendProfile, dtype: str, head_dim: int, scope: str) -> list[Call]:
-    """The calls of one (dtype, head dim): fp8 is flash_attention's forward only."""
+    """The calls of one (dtype, head dim): fp8 is flash_attention's forward and kv_cache_attention's
+    cache (read by fp16 queries) only."""
+    kv_cache = [Call(KV_CACHE, dtype, head_dim, causal, backward=False) for causal, _ in _variants(scope, False)]
     if dtype in FP8:
         return [Call(FLASH, dtype, head_dim, causal, dropout, backward=False)
-                for causal, dropout in _variants(scope, with_dropout=True)]
+                for causal, dropout in _variants(scope, with_dropout=True)] + kv_cache
     flash = [Call(FLASH, dtype, head_dim, causal, dropout) for causal, dropout in _variants(scope, True)]
     piecewise = [Call(PIECEWISE, dtype, head_dim, causal) for causal, _ in _variants(scope, False)]
-    return flash + piecewise
+    return flash + piecewise + kv_cache
 
 
 def sweep_calls(profile: BackendProfile) -> list[Call]:

@@ -42,7 +42,8 @@ from conformance.running.spawn import module_command
 REPORT_FILE = "compile.md"
 _CHUNK_TIMEOUT_S = 1800
 _KERNEL_ORDER = ("fwd", "total", "bwd_preprocess", "bwd_dkdv", "bwd_dq",
-                 "piecewise_fwd", "piecewise_bwd_dkdv", "piecewise_bwd_dq")
+                 "piecewise_fwd", "piecewise_bwd_dkdv", "piecewise_bwd_dq", "decode_append", "decode_split",
+                 "decode_merge")
 
 
 @dataclass

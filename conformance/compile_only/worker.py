@@ -39,6 +39,9 @@ KERNEL_NAMES = {
     "piecewise_forward_kernel": "piecewise_fwd",
     "piecewise_dkdv_kernel": "piecewise_bwd_dkdv",
     "piecewise_dq_kernel": "piecewise_bwd_dq",
+    "append_kernel": "decode_append",
+    "decode_split_kernel": "decode_split",
+    "decode_merge_kernel": "decode_merge",
 }
 # Launch keywords that are not part of a configuration: the head-dim tile is the
 # `head_dim` field, STAGES repeats num_stages, the rest are the same for every GPU launch.
@@ -134,6 +137,9 @@ def run_call(call: dict) -> None:
     from conformance.bundled.kernels.validation import DTYPE_NAMES
 
     torch_dtype = {name: dtype for dtype, name in DTYPE_NAMES.items()}[call["dtype"]]
+    if call["op"] == "kv_cache_attention":
+        _kv_cache_call(call, torch_dtype)
+        return
     if call["op"] == "flash_attention":
         q, k, v = _tensors("qkk", call, torch_dtype)
         out, _total = kernels.flash_attention(q, k, v, causal=call["causal"], return_total_attention=True,
@@ -143,6 +149,26 @@ def run_call(call: dict) -> None:
         out = kernels.piecewise_attention(q1, k1, q2, k2, v, 16, causal=call["causal"])
     if call["backward"]:
         out.backward(torch.ones_like(out))
+
+
+def _kv_cache_call(call: dict, cache_dtype) -> None:
+    """kv_cache_attention on a paged cache (pages of 16, a 40-key context, 4 new tokens
+    appended, two query heads per kv head, two splits): the append, split and merge kernels.
+    An 8-bit cache is read by fp16 queries with per-tensor descales."""
+    import torch
+
+    from conformance.bundled import kernels
+
+    eight_bit = cache_dtype.itemsize == 1
+    query_dtype = torch.float16 if eight_bit else cache_dtype
+    dim = call["head_dim"]
+    q = torch.randn(1, 4, 2, dim).to(query_dtype)
+    k_cache, v_cache = (torch.randn(4, 16, 1, dim).to(cache_dtype) for _ in range(2))
+    k_new, v_new = (torch.randn(1, 4, 1, dim).to(cache_dtype) for _ in range(2))
+    descales = dict(k_descale=0.5, v_descale=0.5) if eight_bit else {}
+    kernels.kv_cache_attention(q, k_cache, v_cache, torch.tensor([36], dtype=torch.int32),
+                               block_table=torch.tensor([[2, 0, 3, 1]], dtype=torch.int32), k_new=k_new, v_new=v_new,
+                               causal=call["causal"], num_splits=2, **descales)
 
 
 # triton 3.2 links AMD code objects with ROCm's ld.lld (later releases link in-process).
