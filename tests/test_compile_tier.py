@@ -59,16 +59,19 @@ def test_the_full_plan_covers_every_dtype_power_of_two_head_dim_and_variant():
     fp16 = [call for chunk in chunks for call in chunk if call.dtype == "fp16" and call.head_dim == 64]
     assert {(c.op, c.causal, c.dropout) for c in fp16} == {
         *((plan.FLASH, causal, dropout) for causal in (False, True) for dropout in (False, True)),
-        (plan.PIECEWISE, False, False), (plan.PIECEWISE, True, False)}
+        (plan.PIECEWISE, False, False), (plan.PIECEWISE, True, False),
+        (plan.KV_CACHE, False, False), (plan.KV_CACHE, True, False)}
     fp8 = [call for chunk in chunks for call in chunk if call.dtype == "fp8e4m3"]
-    assert fp8 and all(call.op == plan.FLASH and not call.backward for call in fp8)
+    assert fp8 and all(call.op in (plan.FLASH, plan.KV_CACHE) and not call.backward for call in fp8)
+    assert {call.op for call in fp8} == {plan.FLASH, plan.KV_CACHE}  # flash's fp8 forward, an fp8 cache
 
 
 def test_the_quick_plan_takes_each_table_row_once_with_the_most_code():
     calls = [call for chunk in plan.chunks(hip_profile("gfx942"), "quick") for call in chunk]
     assert {call.head_dim for call in calls} == {64, 128, 256}
     assert {call.dtype for call in calls} == {"fp16", "fp32"}
-    assert all(call.causal and (call.dropout or call.op == plan.PIECEWISE) for call in calls)
+    assert all(call.causal and (call.dropout or call.op in (plan.PIECEWISE, plan.KV_CACHE)) for call in calls)
+    assert {call.op for call in calls} == {plan.FLASH, plan.PIECEWISE, plan.KV_CACHE}
     with pytest.raises(ValueError, match="--scope"):
         plan.chunks(hip_profile("gfx942"), "most")
 

@@ -100,7 +100,8 @@ def test_registry_gives_the_mutant_operator_with_its_dropout_mask():
     assert registry.kernel_specs("lse_log2") == [
         "flash_attention=conformance.bundled.mutants.registry:flash_attention_lse_log2",
         "piecewise_attention=conformance.bundled.mutants.registry:piecewise_attention_lse_log2",
-        "flash_attention_varlen=conformance.bundled.mutants.registry:flash_attention_varlen_lse_log2"]
+        "flash_attention_varlen=conformance.bundled.mutants.registry:flash_attention_varlen_lse_log2",
+        "kv_cache_attention=conformance.bundled.mutants.registry:kv_cache_attention_lse_log2"]
     with pytest.raises(AttributeError, match="expected <op>_<mutant>"):
         registry.flash_attention_no_such_mutant
 
