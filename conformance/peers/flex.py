@@ -208,13 +208,13 @@ def dense_score_mod(seq_q: int, seq_k: int, softcap, slopes):
     """Softcap and ALiBi as one flex `score_mod` (flex's score is already scaled): c * tanh(s / c),
     then -slope[b, h] * |i + Sk - Sq - j| (slopes fp32 (B, H)); None without either."""
     offset = seq_k - seq_q
-    return _score_mod(softcap, slopes, lambda batch, q_idx: batch, lambda q_idx: q_idx + offset,
+    return score_mod_of(softcap, slopes, lambda batch, q_idx: batch, lambda batch, q_idx: q_idx + offset,
                       lambda kv_idx: kv_idx)
 
 
-def _score_mod(softcap, slopes, sequence, diagonal, key_position):
+def score_mod_of(softcap, slopes, sequence, diagonal, key_position):
     """The score_mod of softcap c and ALiBi slopes (sequences, H); `sequence(b, q_idx)`,
-    `diagonal(q_idx)` and `key_position(kv_idx)` locate a pair in its own sequence."""
+    `diagonal(b, q_idx)` and `key_position(kv_idx)` locate a pair in its own sequence."""
     if not softcap and slopes is None:
         return None
     cap = float(softcap or 0.0)
@@ -223,7 +223,7 @@ def _score_mod(softcap, slopes, sequence, diagonal, key_position):
         if cap:
             score = cap * torch.tanh(score / cap)
         if slopes is not None:
-            score = score + masks.alibi_bias(slopes[sequence(batch, q_idx), head], diagonal(q_idx),
+            score = score + masks.alibi_bias(slopes[sequence(batch, q_idx), head], diagonal(batch, q_idx),
                                              key_position(kv_idx))
         return score
 
@@ -273,8 +273,8 @@ def _call_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal: bool, sm_scale, wa
     block_mask = packed_block_mask(layout, causal, window, mask_mod)
     slopes = masks.slopes_by_batch(alibi_slopes, layout.sequences, heads, q.device)
     q_sequence, q_diagonal, k_position = layout.q_sequence, layout.q_diagonal, layout.k_position
-    score_mod = _score_mod(softcap, slopes, lambda batch, q_idx: q_sequence[q_idx], lambda q_idx: q_diagonal[q_idx],
-                           lambda kv_idx: k_position[kv_idx])
+    score_mod = score_mod_of(softcap, slopes, lambda batch, q_idx: q_sequence[q_idx],
+                             lambda batch, q_idx: q_diagonal[q_idx], lambda kv_idx: k_position[kv_idx])
     as_flex = [x.transpose(0, 1).unsqueeze(0) for x in (q, k, v)]  # (total, H, D) -> (1, H, total, D)
     result = _run(*as_flex, block_mask, score_mod, sm_scale, want_lse)
     if want_lse:

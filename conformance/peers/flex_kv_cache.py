@@ -54,21 +54,6 @@ def _mask_mod(lengths: torch.Tensor, seq_q: int, causal: bool, window):
     return within_context
 
 
-def _score_mod(lengths: torch.Tensor, seq_q: int, softcap, slopes):
-    if not softcap and slopes is None:
-        return None
-    cap = float(softcap or 0.0)
-
-    def variants(score, batch, head, q_idx, kv_idx):
-        if cap:
-            score = cap * torch.tanh(score / cap)
-        if slopes is not None:
-            score = score + masks.alibi_bias(slopes[batch, head], q_idx + lengths[batch] - seq_q, kv_idx)
-        return score
-
-    return variants
-
-
 def kv_cache_attention(q, k_cache, v_cache, cache_seqlens, block_table=None, k_new=None, v_new=None, causal=False,
                        window_size=None, softcap=None, alibi_slopes=None, sm_scale=None, num_splits=0,
                        return_log_normalizer=False):
@@ -88,8 +73,9 @@ def kv_cache_attention(q, k_cache, v_cache, cache_seqlens, block_table=None, k_n
                                                     seq_q, capacity, device=q.device)
     slopes = masks.slopes_by_batch(alibi_slopes, batch, heads, q.device)
     keys, values = (cache.transpose(1, 2) for cache in (k_cache, v_cache))
-    result = flex._run(q.transpose(1, 2), keys, values, block_mask, _score_mod(lengths, seq_q, softcap, slopes),
-                       sm_scale, return_log_normalizer)
+    score_mod = flex.score_mod_of(softcap, slopes, lambda batch, q_idx: batch,
+                                  lambda batch, q_idx: q_idx + lengths[batch] - seq_q, lambda kv_idx: kv_idx)
+    result = flex._run(q.transpose(1, 2), keys, values, block_mask, score_mod, sm_scale, return_log_normalizer)
     if return_log_normalizer:
         out, lse = result
         return out.transpose(1, 2), lse
