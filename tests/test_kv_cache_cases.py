@@ -119,3 +119,42 @@ def test_the_flag_attention_recipes_declare_their_conventions(tmp_path):
     assert (code, lines[paged16]["verdict"]) == (0, "pass")
     code, lines = run(tmp_path, "split_kv", EQUAL_CONTIGUOUS, capabilities="recipes/flag-attention/split_kv.toml")
     assert (code, lines[EQUAL_CONTIGUOUS]["verdict"]) == (0, "pass")
+
+
+FP8_CACHE = "kv_cache_attention.fwd[fp16,d32,causal,B3,H4,Hkv2,Sq2,Sk40,lse,lens=mixed,page16,append,cache=fp8e4m3,seed0]"
+
+
+def test_an_fp8_cache_is_handed_over_quantised_with_its_descales():
+    """The cache holds the keys over a power-of-two descale, rounded to fp8; the paths attend to
+    fp8 * descale rounded to the queries' dtype, the operator's definition."""
+    import torch
+
+    from conformance.cases.inputs import make_inputs
+    from conformance.judging import kv_cache
+
+    case = Case.from_id(FP8_CACHE)
+    inputs = make_inputs(case, "cpu", {"q": "q", "k": "kv", "v": "kv"}).detached()
+    positional, keyword, _ = kv_cache.arguments(case, inputs)
+    assert positional[1].dtype == keyword["k_new"].dtype == torch.float8_e4m3fn
+    descale = keyword["k_descale"]
+    assert descale == 2.0 ** round(torch.log2(torch.tensor(descale)).item())  # a power of two
+    largest = float(inputs["k"].abs().max())
+    assert largest / descale <= 448 < 2 * largest / descale  # the top binade of e4m3
+    attended = kv_cache.effective(case, inputs["k"])
+    assert attended.dtype == torch.float16
+    assert torch.equal(attended, (kv_cache.stored(case, inputs["k"])[0].float() * descale).half())
+
+
+def test_the_bundled_kernel_reads_an_fp8_cache_by_the_rule():
+    """The interpreter profile lists no fp8 (a run says `unsupported`: flash_attention's fp8
+    products need fp8 matrix units), but the kernel dequantises an fp8 cache there: the case
+    judged in-process."""
+    from conformance.backends import INTERPRETER, activate
+    from conformance.running.implementations import Implementations
+    from conformance.running.runner import _judge
+
+    activate()
+    judged = _judge(Case.from_id(FP8_CACHE), "cpu", Implementations.from_specs(None))
+    assert judged["rule_verdict"] == "pass", judged.get("reason")
+    assert {t["name"]: t["kernel_err"] for t in judged["tensors"]}["cache"] == 0
+    assert "fp8e4m3 not supported" in Case.from_id(FP8_CACHE).unsupported_reason(INTERPRETER)

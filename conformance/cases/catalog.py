@@ -101,6 +101,8 @@ FEATURES = (
     Feature("splits", 0, r"splits(\d+)", int),
     Feature("table", None, rf"table=({'|'.join(BLOCK_TABLES)})", str),
     Feature("append", False, r"append"),
+    # an 8-bit KV cache (per-tensor descales), read by queries of the case's dtype
+    Feature("cache_dtype", None, r"cache=(fp8e4m3|fp8e5m2)", str),
 )
 _VALUES, _CONFIG = (next(f for f in FEATURES if f.field == name) for name in ("values", "config"))
 # The bundled kernels a case's call launches (the launch-table names, kernels.tuning):
@@ -156,6 +158,9 @@ class Case:
         sequences); None for sequential pages. `table=shuffled`.
     append: kv_cache_attention is given the seq_q new tokens' keys and values (k_new,
         v_new) to write into the cache at each sequence's cache length before attending.
+    cache_dtype: kv_cache_attention's cache in fp8 ("fp8e4m3" or "fp8e5m2") with per-tensor
+        k_descale/v_descale, read by queries of `dtype`; None for a cache in `dtype`.
+        `cache=fp8e4m3`.
     """
 
     op: str
@@ -185,6 +190,7 @@ class Case:
     splits: int = 0
     table: str | None = None
     append: bool = False
+    cache_dtype: str | None = None
 
     def __post_init__(self):
         if isinstance(self.window, list):  # a results line's JSON list
@@ -236,8 +242,12 @@ class Case:
         return asdict(self)
 
     def unsupported_reason(self, profile) -> str | None:
-        """Why `profile`'s backend cannot run this case, or None if it can."""
-        return profile.unsupported_reason(self.dtype, self.head_dim)
+        """Why `profile`'s backend cannot run this case, or None if it can (an 8-bit cache's
+        dtype included)."""
+        reason = profile.unsupported_reason(self.dtype, self.head_dim)
+        if reason is None and self.cache_dtype is not None:
+            reason = profile.dtype_unsupported_reason(self.cache_dtype)
+        return reason
 
 
 def _validation_problem(case: Case) -> str | None:
@@ -310,9 +320,12 @@ def _variant_problem(case: Case) -> str | None:
 
 def _kv_cache_problem(case: Case) -> str | None:
     """What is wrong with a case's KV-cache fields (page, splits, table, append)."""
-    kv_fields = case.page is not None or case.splits or case.table is not None or case.append
+    kv_fields = (case.page is not None or case.splits or case.table is not None or case.append
+                 or case.cache_dtype is not None)
     if case.op != KV_CACHE_OP:
-        return f"page, splits, table and append are {KV_CACHE_OP}'s, not {case.op}'s" if kv_fields else None
+        return f"page, splits, table, append and cache_dtype are {KV_CACHE_OP}'s, not {case.op}'s" if kv_fields else None
+    if case.cache_dtype not in (None, *FP8_DTYPES):
+        return f"cache_dtype must be one of {', '.join(FP8_DTYPES)} or None, got {case.cache_dtype!r}"
     if case.direction != "fwd" or case.dtype in FP8_DTYPES:
         return f"{KV_CACHE_OP} is forward only, with fp16, bf16 or fp32 queries and caches"
     if case.lens not in KV_CACHE_LENGTHS:

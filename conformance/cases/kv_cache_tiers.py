@@ -5,7 +5,8 @@ each sequence's context length in [0, Sk] (in [Sq, Sk] with `append`) and plants
 cache, an empty one, one token and one just past a power of two
 (conformance.cases.variants). Pages of 1 to 256 keys, shuffled or with a shared prefix;
 forced key splits 1 to 16 next to the kernel's heuristic, more splits than tiles leaving
-some empty; GQA ratios 1 to 16 and MQA; new tokens appended to the cache.
+some empty; GQA ratios 1 to 16 and MQA; new tokens appended to the cache; 8-bit caches
+(`unsupported` on backends without fp8).
 """
 
 from __future__ import annotations
@@ -82,6 +83,11 @@ STANDARD: tuple[Grid, ...] = (
     # softmax inputs near -1000 and dominated rows
     dict(op=KV, direction=("fwd",), dtype=("fp16",), head_dim=(128,), causal=(True,), values=(NEGATIVE, DOMINANT),
          lens=("mixed",), page=(16,), splits=(0, 4), shape=_shapes(DECODE, (4,), 4096)),
+    # 8-bit caches with per-tensor descales, read by fp16 and bf16 queries (GPUs with fp8)
+    dict(op=KV, direction=("fwd",), dtype=HALF_DTYPES, head_dim=(128,), causal=(True,), lens=("mixed",),
+         page=(16,), cache_dtype=("fp8e4m3", "fp8e5m2"), shape=_shapes(DECODE, (1, 4), 4096)),
+    dict(op=KV, direction=("fwd",), dtype=("fp16",), head_dim=(128,), causal=(True,), lse=(True,), lens=("mixed",),
+         page=(None,), append=(True,), splits=(4,), cache_dtype=("fp8e4m3",), shape=_shapes(DECODE, (4,), 4096)),
     # a serving batch: 128 sequences of one token
     dict(op=KV, direction=("fwd",), dtype=HALF_DTYPES, head_dim=(128,), causal=(True,), lens=("mixed",),
          page=(16,), shape=[(128, 32, 8, 1, 1024)]),

@@ -20,6 +20,10 @@ Every cache slot that holds no key of the context before the call -- past a sequ
 length, and where the new tokens go -- holds seeded garbage of the same dtype: a kernel that
 reads past a length, or forgets to write a new token, attends to it and fails the rule.
 
+An 8-bit cache (`cache=fp8e4m3`, `cache=fp8e5m2`) holds the keys divided by a per-tensor
+power-of-two descale and rounded to fp8, handed over with k_descale/v_descale; the operator
+attends to fp8 * descale rounded to the queries' dtype, so that is what the paths take.
+
 The reference paths attend to the effective keys with the context lengths (the varlen
 reference: bottom-right causal per sequence). Besides out (and lse), a case is judged on
 `cache`: (B, Hkv, Sk) fp32, at each sequence's key position the number of its K and V elements
@@ -38,7 +42,7 @@ from dataclasses import dataclass
 import torch
 
 from conformance.cases.catalog import Case
-from conformance.cases.inputs import generator_seed
+from conformance.cases.inputs import TORCH_DTYPES, generator_seed
 from conformance.cases.variants import sequence_lengths
 from conformance.judging import returns
 from conformance.judging.returns import Returned
@@ -104,8 +108,8 @@ def layout(case: Case) -> CacheLayout:
     return CacheLayout(context, cached, page, table, len(own_pages), shared, owner)
 
 
-def effective(case: Case, keys: torch.Tensor) -> torch.Tensor:
-    """(B, Hkv, Sk, D) keys or values as the attention sees them: a shared prefix is the owner's."""
+def _shared_prefix(case: Case, keys: torch.Tensor) -> torch.Tensor:
+    """(B, Hkv, Sk, D) keys or values with each shared prefix the owner's."""
     where = layout(case)
     if not any(where.shared):
         return keys
@@ -113,6 +117,29 @@ def effective(case: Case, keys: torch.Tensor) -> torch.Tensor:
     for b, pages in enumerate(where.shared):
         keys[b, :, :pages * where.page_size] = keys[where.owner, :, :pages * where.page_size]
     return keys
+
+
+def stored(case: Case, keys: torch.Tensor) -> tuple[torch.Tensor, float | None]:
+    """(the keys or values as the cache holds them, their descale): the drawn ones with each
+    shared prefix the owner's; for an 8-bit cache (`cache_dtype`) divided by a power-of-two
+    descale that brings the largest to the top binade of the fp8 format, then rounded to it."""
+    keys = _shared_prefix(case, keys)
+    if case.cache_dtype is None:
+        return keys, None
+    dtype = TORCH_DTYPES[case.cache_dtype]
+    largest = float(keys.detach().abs().max()) if keys.numel() else 0.0
+    descale = 2.0 ** math.ceil(math.log2(largest / torch.finfo(dtype).max)) if largest else 1.0
+    return (keys.to(torch.float32) / descale).to(dtype), descale
+
+
+def effective(case: Case, keys: torch.Tensor) -> torch.Tensor:
+    """(B, Hkv, Sk, D) keys or values as the attention sees them, in the queries' dtype: a shared
+    prefix is the owner's; an 8-bit cache's are dequantised, fp8 * descale rounded to q's dtype
+    (kv_cache_attention's definition)."""
+    values, descale = stored(case, keys)
+    if descale is None:
+        return values
+    return (values.to(torch.float32) * descale).to(keys.dtype)
 
 
 def _slots(case: Case, lengths, device) -> tuple:
@@ -137,7 +164,7 @@ def _physical(case: Case, keys: torch.Tensor, salt: int) -> tuple[torch.Tensor, 
     where = layout(case)
     rows = keys.transpose(1, 2)  # (B, Sk, Hkv, D)
     shape = (where.num_pages, where.page_size, case.kv_heads, case.head_dim)
-    cache = _garbage(case, shape, keys.dtype, keys.device, salt)
+    cache = _garbage(case, shape, keys.dtype, keys.device, salt)  # the cache's dtype: fp8 too
     batch, position, page, slot = _slots(case, where.cached, keys.device)
     cache[page, slot] = rows[batch, position]
     expected = cache.clone()
@@ -170,8 +197,8 @@ def arguments(case: Case, inputs: dict) -> tuple[list, dict, tuple]:
     v_new with `append`. Options the case does not use are left out."""
     where = layout(case)
     q = inputs["q"]
-    keys = [effective(case, inputs[name]) for name in ("k", "v")]
-    physical = [_physical(case, tensor, salt) for salt, tensor in enumerate(keys, start=1)]
+    (keys, k_descale), (values, v_descale) = (stored(case, inputs[name]) for name in ("k", "v"))
+    physical = [_physical(case, tensor, salt) for salt, tensor in enumerate((keys, values), start=1)]
     caches = [cache if case.page else cache.view(case.batch, case.seq_k, case.kv_heads, case.head_dim)
               for cache, _ in physical]
     cache_seqlens = torch.tensor(where.cached, dtype=torch.int32, device=q.device)
@@ -179,7 +206,9 @@ def arguments(case: Case, inputs: dict) -> tuple[list, dict, tuple]:
     if case.page:
         keyword["block_table"] = torch.tensor(where.table, dtype=torch.int32, device=q.device)
     if case.append:
-        keyword["k_new"], keyword["v_new"] = (new_tokens(case, tensor) for tensor in keys)
+        keyword["k_new"], keyword["v_new"] = (new_tokens(case, tensor) for tensor in (keys, values))
+    if case.cache_dtype is not None:
+        keyword["k_descale"], keyword["v_descale"] = k_descale, v_descale
     positional = [q.transpose(1, 2).contiguous(), *caches, cache_seqlens]
     return positional, keyword, tuple(expected for _, expected in physical)
 

@@ -34,15 +34,15 @@ import torch
 IMPLIED = {
     "kvcache": {},
     "paged_attention": dict(contiguous=False, max_seq_q=1, lse=False, append=False, window=False,
-                            softcap=False, alibi=False),
+                            softcap=False, alibi=False, cache_dtypes=()),
     "split_kv": dict(paged=False, cache_lengths=False, max_splits=0, lse=False, append=False,
-                     window=False, softcap=False, alibi=False),
+                     window=False, softcap=False, alibi=False, cache_dtypes=()),
 }
 IMPLIED_REASON = {
-    "paged_attention": "paged_attention takes one query token per sequence, a paged cache, and no lse, "
-                       "k_new/v_new, window, softcap or ALiBi",
-    "split_kv": "flash_attention_split_kv takes dense q, k, v: every sequence attends to all its keys, "
-                "no pages, splits, lse, k_new/v_new, window, softcap or ALiBi",
+    "paged_attention": "paged_attention takes one query token per sequence, a paged cache in the queries' "
+                       "dtype, and no lse, k_new/v_new, window, softcap or ALiBi",
+    "split_kv": "flash_attention_split_kv takes dense q, k, v of one dtype: every sequence attends to all "
+                "its keys, no pages, splits, lse, k_new/v_new, window, softcap or ALiBi",
 }
 
 

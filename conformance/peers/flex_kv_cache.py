@@ -25,6 +25,7 @@ CAPABILITY_REASONS = {
     "paged": "flex takes dense (B, H, S, D) keys: no block table",
     "max_splits": "flex chooses its own key tiling: no num_splits",
     "cache_lengths": "a mask_mod kv_idx < L[b], the masks aligned to each sequence's length",
+    "cache_dtypes": "flex takes keys and values in the queries' dtype: no 8-bit cache with descales",
 }
 
 
@@ -32,7 +33,7 @@ def capabilities(device: str) -> dict:
     """flex's declaration for kv_cache_attention: flash_attention's, no pages, no forced splits."""
     declared = flex.capabilities(device)
     reasons = {**declared.pop("reasons"), **CAPABILITY_REASONS}
-    return {**declared, "paged": False, "max_splits": 0, "reasons": reasons}
+    return {**declared, "paged": False, "max_splits": 0, "cache_dtypes": [], "reasons": reasons}
 
 
 def _append(cache: torch.Tensor, new: torch.Tensor, starts: torch.Tensor) -> None:

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from conformance.cases.catalog import BAD_INPUTS, DIRECTIONS, DTYPES, KV_CACHE_OP, LAYOUTS, OPS, VARLEN_OP, Case
+from conformance.cases.catalog import (BAD_INPUTS, DIRECTIONS, DTYPES, FP8_DTYPES, KV_CACHE_OP, LAYOUTS, OPS,
+                                      VARLEN_OP, Case)
 from conformance.cases.variants import has_empty_rows, has_unequal_lengths
 from conformance.judging.conventions import CHOICES as CONVENTION_CHOICES, Conventions
 from conformance.judging.kv_cache_calls import IMPLIED, IMPLIED_REASON
@@ -70,6 +71,7 @@ class Capabilities:
     max_splits:         the largest forced num_splits it takes (0: no num_splits argument)
     append:             k_new/v_new written into the cache by the call
     cache_lengths:      a cache length per sequence (false: every sequence attends to all Sk keys)
+    cache_dtypes:       the 8-bit caches it reads with k_descale/v_descale (None: any; [] none)
     """
 
     dtypes: tuple | None = None
@@ -104,6 +106,7 @@ class Capabilities:
     max_splits: int | None = None
     append: bool = True
     cache_lengths: bool = True
+    cache_dtypes: tuple | None = None
     reason: str = ""
     reasons: dict = field(default_factory=dict)
 
@@ -172,6 +175,7 @@ def _kv_cache_problems(caps: Capabilities, case: Case):
     yield "append", case.append and not caps.append and "no k_new/v_new (appending to the cache)"
     yield "cache_lengths", (case.lens != "equal" and not caps.cache_lengths
                             and "no cache length per sequence (every sequence attends to all Sk keys)")
+    yield "cache_dtypes", case.cache_dtype and _not_in("8-bit cache", case.cache_dtype, caps.cache_dtypes)
 
 
 def _empty_rows_problem(case: Case) -> str:
@@ -192,7 +196,8 @@ def _over(what: str, value: int, limit: int | None) -> str | None:
 
 # --------------------------------------------------------------------------- parsing
 
-_CHOICES = {"dtypes": DTYPES, "directions": DIRECTIONS, "layouts": LAYOUTS, "bad_inputs": BAD_INPUTS}
+_CHOICES = {"dtypes": DTYPES, "directions": DIRECTIONS, "layouts": LAYOUTS, "bad_inputs": BAD_INPUTS,
+            "cache_dtypes": FP8_DTYPES}
 # Keys of one value from a fixed set.
 KV_SIGNATURES = ("kvcache", "paged_attention", "split_kv")
 CACHE_LAYOUTS = ("page_major", "head_major")
@@ -232,6 +237,8 @@ def _add_implied(values: dict) -> None:
 
 def _value(key: str, value, where: str):
     label = f"{where}: {key}"
+    if key == "cache_dtypes" and isinstance(value, (list, tuple)) and not value:
+        return ()  # reads no 8-bit cache
     if key in _CHOICES:
         return _choice_list(label, value, _CHOICES[key])
     if key in _ONE_OF:
