@@ -217,3 +217,24 @@ def test_a_stated_revision_wins_over_a_stale_checkout(monkeypatch):
     assert format_env_value("harness", harness) == "b31559c (stated)"
     monkeypatch.delenv("FA_HARNESS_REVISION")
     assert "stated" not in git_revision()
+
+
+def test_an_archived_results_file_is_read_like_the_plain_one(tmp_path):
+    """Published folders may hold results.jsonl.gz (reports/README.md): reading, finding and
+    rendering a folder take it as they take results.jsonl."""
+    import gzip
+    import shutil
+
+    from conformance.reporting.merge import run_folders
+    from conformance.running.results import RESULTS_FILE, read_results, results_file
+
+    plain = tmp_path / "runs" / "plain"
+    plain.mkdir(parents=True)
+    (plain / RESULTS_FILE).write_text('{"case": "a", "verdict": "pass"}\n{"case": "b", "verd')
+    archived = tmp_path / "runs" / "archived"
+    archived.mkdir()
+    (archived / (RESULTS_FILE + ".gz")).write_bytes(gzip.compress((plain / RESULTS_FILE).read_bytes()))
+    shutil.copy(plain / RESULTS_FILE, tmp_path / "elsewhere.jsonl")
+    assert read_results(archived) == read_results(plain) == [{"case": "a", "verdict": "pass"}]
+    assert results_file(archived).name == "results.jsonl.gz" and results_file(tmp_path) is None
+    assert run_folders([tmp_path / "runs"]) == [archived, plain]

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from conformance.reporting.diff import DEFAULT_DRIFT
-from conformance.running.results import RESULTS_FILE
+from conformance.running.results import RESULTS_FILE, results_file
 from conformance.usage import EXIT_FAILED, EXIT_OK, UsageError
 
 REPORT_FORMATS = ("all", "terminal", "markdown", "html", "junit", "jsonl")
@@ -93,7 +93,7 @@ def command_report(args) -> int:
 
     if not run_folders(args.run_dirs):
         raise _usage_error(f"argument DIR: no {RESULTS_FILE} in or below {', '.join(args.run_dirs)}")
-    if len(args.run_dirs) == 1 and (Path(args.run_dirs[0]) / RESULTS_FILE).exists() and not args.out:
+    if len(args.run_dirs) == 1 and results_file(args.run_dirs[0]) and not args.out:
         run_dir, problems = Path(args.run_dirs[0]), []
     else:
         if not args.out:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.reporting.summary import format_env_value
-from conformance.running.results import RESULTS_FILE, read_env, read_results
+from conformance.running.results import RESULTS_FILE, folders_with_results, read_env, read_results, results_file
 
 # env.json fields whose difference between folders makes them not one run.
 _SAME = ("harness", "tier", "backend", "triton")
@@ -34,10 +34,10 @@ def run_folders(paths) -> list[Path]:
     """The run folders named by `paths`, or found below them, in path order."""
     found = []
     for path in map(Path, paths):
-        if (path / RESULTS_FILE).exists():
+        if results_file(path):
             found.append(path)
         else:
-            found += sorted(results.parent for results in path.rglob(RESULTS_FILE))
+            found += folders_with_results(path)
     return found
 
 

@@ -12,7 +12,7 @@ from conformance.robustness import flake_scales
 from conformance.robustness.flake import (DEFAULT_SEEDS, FLAKE_SETS, false_alarm, flake_cases, judged_lines,
                                           write_report)
 from conformance.running import commands as run_commands
-from conformance.running.results import RESULTS_FILE, default_run_dir
+from conformance.running.results import RESULTS_FILE, default_run_dir, results_file
 
 
 def add_parser(commands) -> None:
@@ -35,7 +35,7 @@ def add_parser(commands) -> None:
 def command_flake(args) -> int:
     """Run the flake set under the seeds, write flake.md; exit 1 iff any false alarm."""
     if args.render:
-        if (Path(args.render) / RESULTS_FILE).exists():
+        if results_file(args.render):
             return _finish(args.render, usage.EXIT_OK)
         if flake_scales.run_folders(args.render):
             return _finish_scales(args.render, usage.EXIT_OK)

@@ -26,7 +26,7 @@ from conformance.judging.rule import UNIT_ROUNDOFF
 from conformance.reporting import summary
 from conformance.reporting.markdown import code, table
 from conformance.robustness import flake
-from conformance.running.results import RESULTS_FILE
+from conformance.running.results import folders_with_results
 from conformance.running.runner import expected_dtype
 
 PEERS = ("scaled:1", "scaled:2", "scaled:4", "scaled:10", "logits:64", "outliers:16", "nearconst:0.001")
@@ -59,7 +59,7 @@ def folder_name(spec: str) -> str:
 
 def run_folders(run_dir: str | Path) -> list[Path]:
     """The per-distribution run folders of a scales run, in name order."""
-    return sorted(path.parent for path in Path(run_dir).glob(f"*/{RESULTS_FILE}"))
+    return folders_with_results(run_dir, "*")
 
 
 def ulps(error: float, magnitude: float, dtype: str) -> float | None:

@@ -1,5 +1,8 @@
 """A run's folder: `results.jsonl` (one line per finished case) and `env.json`.
 
+A published folder may hold its results archived, `results.jsonl.gz` (reports/README.md
+says which and why): every reader here takes either, and a run only ever writes the plain file.
+
 Every finished case is appended, flushed and fsynced at once, so a run that dies
 half-way (a kernel that crashes the process, a killed CI job) still leaves every
 result it produced. Reports are rebuilt from these two files only.
@@ -11,12 +14,14 @@ are written as the strings "inf", "-inf" and "nan" and read back as floats.
 from __future__ import annotations
 
 import datetime
+import gzip
 import json
 import math
 import os
 from pathlib import Path
 
 RESULTS_FILE = "results.jsonl"
+ARCHIVED_RESULTS_FILE = RESULTS_FILE + ".gz"
 ENV_FILE = "env.json"
 SUMMARY_FILE = "summary.md"
 DEFAULT_RUNS_DIR = Path("reports") / "runs"
@@ -122,11 +127,28 @@ def read_env(run_dir: str | Path) -> dict:
     return _decode(json.loads(path.read_text(encoding="utf-8")))
 
 
+def results_file(run_dir: str | Path) -> Path | None:
+    """The folder's results.jsonl, or its archived results.jsonl.gz, or None."""
+    for name in (RESULTS_FILE, ARCHIVED_RESULTS_FILE):
+        if (Path(run_dir) / name).exists():
+            return Path(run_dir) / name
+    return None
+
+
+def folders_with_results(root: str | Path, pattern: str = "**") -> list[Path]:
+    """Folders matching `pattern` below `root` (glob; "**": every depth) that hold results,
+    plain or archived, in path order."""
+    found = {path.parent for name in (RESULTS_FILE, ARCHIVED_RESULTS_FILE)
+             for path in Path(root).glob(f"{pattern}/{name}")}
+    return sorted(found)
+
+
 def read_json_lines(path: str | Path) -> list[dict]:
-    """The lines of a JSON-lines file in order; a torn last line (a crash mid-write)
-    is skipped, any other malformed line raises ValueError."""
+    """The lines of a JSON-lines file (gzip-compressed where its name ends in .gz) in order; a
+    torn last line (a crash mid-write) is skipped, any other malformed line raises ValueError."""
     path = Path(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    lines = data.decode("utf-8").splitlines()
     records = []
     for number, text in enumerate(lines, start=1):
         if not text.strip():
@@ -141,5 +163,5 @@ def read_json_lines(path: str | Path) -> list[dict]:
 
 
 def read_results(run_dir: str | Path) -> list[dict]:
-    """The lines of a run folder's results.jsonl (see read_json_lines)."""
-    return read_json_lines(Path(run_dir) / RESULTS_FILE)
+    """The lines of a run folder's results.jsonl, or its archive (see read_json_lines)."""
+    return read_json_lines(results_file(run_dir) or Path(run_dir) / RESULTS_FILE)
