@@ -50,6 +50,14 @@ def test_rows_that_see_no_key_pass(case):
     assert_rule_holds(judged(case))
 
 
+@strategies.profile_settings()
+@given(strategies.kv_cache_cases(head_dims=SIZES["head_dims"], max_seq=SIZES["max_seq"],
+                                 max_batch=SIZES["max_batch"] + 1, max_heads=SIZES["max_heads"]))
+def test_the_bundled_kv_cache_kernel_passes_on_any_cache(case):
+    """Any page size, table order, split count, append and cache lengths of kv_cache_attention."""
+    assert_rule_holds(judged(case))
+
+
 def test_a_wrong_kernel_is_found_and_shrunk_to_a_minimal_reproducer():
     """A causal mask aligned top-left instead of bottom-right is wrong only when Sq != Sk;
     the search must find that and shrink it to one query and two keys (or the reverse)."""
