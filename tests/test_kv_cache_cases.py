@@ -158,3 +158,15 @@ def test_the_bundled_kernel_reads_an_fp8_cache_by_the_rule():
     assert judged["rule_verdict"] == "pass", judged.get("reason")
     assert {t["name"]: t["kernel_err"] for t in judged["tensors"]}["cache"] == 0
     assert "fp8e4m3 not supported" in Case.from_id(FP8_CACHE).unsupported_reason(INTERPRETER)
+
+
+def test_planted_context_lengths_stay_within_the_cache():
+    """Found by the property search: a cache of one key with one appended token planted a
+    context of two."""
+    from conformance.cases.variants import sequence_lengths
+
+    for case_id in ("kv_cache_attention.fwd[fp16,d16,noncausal,B3,H1,Hkv1,Sq1,Sk1,lens=mixed,append,seed0]",
+                    "kv_cache_attention.fwd[fp16,d16,causal,B5,H1,Hkv1,Sq4,Sk5,lens=mixed,append,seed0]"):
+        case = Case.from_id(case_id)
+        queries, contexts = sequence_lengths(case)
+        assert all(case.seq_q <= length <= case.seq_k for length in contexts) and case.seq_k in contexts

@@ -89,7 +89,7 @@ def _context_lengths(case, key: str) -> tuple[int, ...]:
     shortest = case.seq_q if case.append else 0
     lengths = [shortest + _draw(key, b, "context", case.seq_k - shortest) for b in range(case.batch)]
     just_past_tile = (1 << max(0, (case.seq_k - 1).bit_length() - 1)) + 1
-    planted = [case.seq_k, shortest, shortest + 1, min(case.seq_k, max(shortest, just_past_tile))]
+    planted = [min(case.seq_k, length) for length in (case.seq_k, shortest, shortest + 1, max(shortest, just_past_tile))]
     for position, length in zip(_planted_positions(key, case.batch), planted):
         lengths[position] = length
     return tuple(lengths)
