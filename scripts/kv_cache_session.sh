@@ -6,7 +6,9 @@
 #
 # FlagAttention's operators are imported from FLAG_ATTENTION (default .peers/FlagAttention/src):
 # a snapshot of FlagOpen/FlagAttention brought next to the checkout, ignored by git
-# (.git/info/exclude) and carried to the device (the device has no network).
+# (.git/info/exclude) and carried to the device (the device has no network), e.g. from a
+# fetched mirror:  echo /.peers/ >> .git/info/exclude; mkdir -p .peers/FlagAttention &&
+#   git --git-dir MIRROR archive HEAD src | tar -x -C .peers/FlagAttention   (then carry .peers)
 #
 #   standard        the standard tier, then `diff` against the published H100 standard run: the
 #                   cases before KV-cache decoding must not change
