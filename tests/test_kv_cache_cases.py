@@ -14,7 +14,7 @@ from conformance.running.results import read_results
 
 DOUBLES = "tests.kv_cache_doubles"
 SMOKE_IDS = [case.id for case in expand_tier(SMOKE)]
-MIXED_SPLITS = "kv_cache_attention.fwd[fp16,d32,causal,B5,H4,Hkv1,Sq4,Sk48,lse,lens=mixed,splits3,seed0]"
+MIXED_SPLITS = "kv_cache_attention.fwd[fp16,d32,causal,B5,H4,Hkv1,Sq4,Sk48,lse,negative:1000,lens=mixed,splits3,seed0]"
 PAGED_SHUFFLED = "kv_cache_attention.fwd[bf16,d64,noncausal,B2,H8,Hkv2,Sq1,Sk60,lens=mixed,page1,table=shuffled,seed0]"
 APPEND_SHARED = ("kv_cache_attention.fwd[fp16,d32,noncausal,B5,H2,Hkv2,Sq2,Sk80,lse,lens=mixed,page16,splits2,"
                  "table=shared,append,seed0]")

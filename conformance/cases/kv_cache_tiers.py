@@ -33,9 +33,10 @@ def _shapes(heads, sq_values, seq_k):
 # Interpreter-sized: small caches, two page sizes and a contiguous cache, two forced split
 # counts and the heuristic, appending, a shared prefix, the variants once in fp32.
 SMOKE: tuple[Grid, ...] = (
-    # MQA, 4 new tokens, 5 sequences (an empty cache, one key, a full one), 3 splits
+    # MQA, 4 new tokens, 5 sequences (an empty cache, one key, a full one), 3 splits, every
+    # softmax input near -1000 (as every operator meets it in smoke)
     dict(op=KV, direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(True,), lse=(True,),
-         lens=("mixed",), splits=(3,), shape=[(5, 4, 1, 4, 48)]),
+         values=(NEGATIVE,), lens=("mixed",), splits=(3,), shape=[(5, 4, 1, 4, 48)]),
     # GQA 4:1, one token, pages of one key in a shuffled table, the heuristic's splits
     dict(op=KV, direction=("fwd",), dtype=("bf16",), head_dim=(64,), causal=(False,),
          lens=("mixed",), page=(1,), table=("shuffled",), shape=[(2, 8, 2, 1, 60)]),

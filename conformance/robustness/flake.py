@@ -64,7 +64,7 @@ SMOKE_FLAKE = (
          window=((16, 0),), values=("negative:1000",), lens=("mixed",), shape=[(8, 2, 2, 64, 48)]),
     # KV-cache decoding: forced splits over mixed cache lengths; pages with a shared prefix, appended
     dict(op=("kv_cache_attention",), direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(True,),
-         lse=(True,), lens=("mixed",), splits=(3,), shape=[(5, 4, 1, 4, 48)]),
+         lse=(True,), values=("negative:1000",), lens=("mixed",), splits=(3,), shape=[(5, 4, 1, 4, 48)]),
     dict(op=("kv_cache_attention",), direction=("fwd",), dtype=("fp16",), head_dim=(32,), causal=(False,),
          lse=(True,), lens=("mixed",), page=(16,), table=("shared",), append=(True,), splits=(2,),
          shape=[(5, 2, 2, 2, 80)]),
