@@ -132,6 +132,28 @@ def kv_cache_head_major(q, k_cache, v_cache, cache_seqlens, block_table=None, **
 kv_cache_head_major.capabilities = {"cache_layout": "head_major"}
 
 
+def kv_cache_bhsd(q, k_cache, v_cache, cache_seqlens, **options):
+    """The exact double on (B, H, Sq, D) queries and outputs, as declared."""
+    result = _kv_cache(q.transpose(1, 2), k_cache, v_cache, cache_seqlens, **options)
+    if isinstance(result, tuple):
+        return result[0].transpose(1, 2), result[1]
+    return result.transpose(1, 2)
+
+
+kv_cache_bhsd.capabilities = {"query_layout": "bhsd"}
+
+
+def kv_cache_sequences(q, k_cache, v_cache, cache_seqlens, **options):
+    """The exact double on (B, H, D) queries, one token per sequence: out (B, H, D), lse (B, H)."""
+    result = _kv_cache(q.unsqueeze(1), k_cache, v_cache, cache_seqlens, **options)
+    if isinstance(result, tuple):
+        return result[0][:, 0], result[1][..., 0]
+    return result[:, 0]
+
+
+kv_cache_sequences.capabilities = {"query_layout": "sequences"}
+
+
 def paged_attention(query, key_cache, value_cache, context_lens, block_tables, attn_scale, max_context_len,
                     num_splits=0):
     """FlagAttention's paged_attention: query (B, H, D), head-major pages (num_pages, Hkv, page, D)."""

@@ -92,6 +92,15 @@ def test_a_declared_head_major_cache_is_handed_over_head_major_and_its_writes_ju
     assert lines[EQUAL_CONTIGUOUS]["verdict"] == "pass"  # a contiguous cache has no page layout
 
 
+def test_a_declared_query_layout_is_handed_over_and_taken_back(tmp_path):
+    code, lines = run(tmp_path, "kv_cache_bhsd", MIXED_SPLITS, APPEND_SHARED)
+    assert {line["verdict"] for line in lines.values()} == {"pass"} and code == 0
+    code, lines = run(tmp_path, "kv_cache_sequences", PAGED_SHUFFLED, MIXED_SPLITS)
+    assert lines[PAGED_SHUFFLED]["verdict"] == "pass" and code == 0
+    assert lines[MIXED_SPLITS]["verdict"] == "unsupported" and "Sq 4 > 1" in lines[MIXED_SPLITS]["reason"]
+    assert "query_layout sequences" in lines[MIXED_SPLITS]["reason"]
+
+
 @pytest.mark.parametrize("case_id", [MIXED_SPLITS, APPEND_SHARED, EQUAL_CONTIGUOUS])
 def test_kv_cache_ids_round_trip(case_id):
     assert Case.from_id(case_id).id == case_id

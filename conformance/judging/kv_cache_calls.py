@@ -21,6 +21,9 @@ What a convention cannot express (lse, appending, the variants, lengths) it decl
 
 Head-major pages (num_pages, Hkv, page_size, D), declared with `cache_layout`, are handed over
 as a head-major copy, and what the call wrote there is copied back before the cache is judged.
+The queries' layout, declared with `query_layout`, is "bshd" (B, Sq, H, D), FlashAttention-2's;
+"bhsd" (B, H, Sq, D); or "sequences" (B, H, D), one new token per sequence (vLLM's and
+FlagAttention's paged kernels): q is handed over and out (and lse) taken back in it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,12 @@ import torch
 
 # What each convention cannot take, as capability keys: merged under a declaration's own keys
 # (conformance.running.capabilities.from_mapping), with the reason.
+QUERY_LAYOUTS = ("bshd", "bhsd", "sequences")
+# What a declared query layout cannot take.
+QUERY_IMPLIED = {"bshd": {}, "bhsd": {}, "sequences": dict(max_seq_q=1)}
+QUERY_REASON = "query_layout sequences: (B, H, D) queries, one new token per sequence"
+# Each convention's own query layout.
+SIGNATURE_QUERIES = {"paged_attention": "sequences", "split_kv": "bhsd"}
 IMPLIED = {
     "kvcache": {},
     "paged_attention": dict(contiguous=False, max_seq_q=1, lse=False, append=False, window=False,
@@ -65,27 +74,48 @@ class _HeadMajor:
         return False
 
 
-def _kvcache(function, cache_layout: str, q, k_cache, v_cache, cache_seqlens, block_table=None, **options):
+def _query_given(q: torch.Tensor, layout: str) -> torch.Tensor:
+    """q (B, Sq, H, D) in the declared layout."""
+    if layout == "bhsd":
+        return q.transpose(1, 2).contiguous()
+    return q[:, 0].contiguous() if layout == "sequences" else q
+
+
+def _taken_back(result, layout: str):
+    """out (and lse) of a call in the declared query layout, as FlashAttention-2's: out
+    (B, Sq, H, D), lse (B, H, Sq). Anything else is left for the output contract to name."""
+    out, *rest = result if isinstance(result, (tuple, list)) else (result,)
+    if isinstance(out, torch.Tensor) and layout == "bhsd" and out.dim() == 4:
+        out = out.transpose(1, 2)
+    if isinstance(out, torch.Tensor) and layout == "sequences" and out.dim() == 3:
+        out = out.unsqueeze(1)
+        rest = [lse.unsqueeze(-1) if isinstance(lse, torch.Tensor) and lse.dim() == 2 else lse for lse in rest]
+    return (out, *rest) if isinstance(result, (tuple, list)) else out
+
+
+def _kvcache(function, layouts: tuple, q, k_cache, v_cache, cache_seqlens, block_table=None, **options):
+    cache_layout, query_layout = layouts
     with _HeadMajor(cache_layout, block_table, (k_cache, v_cache)) as (keys, values):
-        return function(q, keys, values, cache_seqlens, block_table=block_table, **options)
+        result = function(_query_given(q, query_layout), keys, values, cache_seqlens, block_table=block_table,
+                          **options)
+    return _taken_back(result, query_layout)
 
 
-def _paged_attention(function, cache_layout: str, q, k_cache, v_cache, cache_seqlens, block_table=None,
+def _paged_attention(function, layouts: tuple, q, k_cache, v_cache, cache_seqlens, block_table=None,
                      num_splits=0, causal=False, **_unused):
     """One token per sequence sees its whole context, so causal changes nothing (bottom-right)."""
     scale = q.shape[-1] ** -0.5
     max_context = int(cache_seqlens.max()) if cache_seqlens.numel() else 0
-    with _HeadMajor(cache_layout, block_table, (k_cache, v_cache)) as (keys, values):
-        out = function(q[:, 0].contiguous(), keys, values, cache_seqlens, block_table, scale, max_context,
+    with _HeadMajor(layouts[0], block_table, (k_cache, v_cache)) as (keys, values):
+        out = function(_query_given(q, "sequences"), keys, values, cache_seqlens, block_table, scale, max_context,
                        num_splits)
-    return out.unsqueeze(1) if isinstance(out, torch.Tensor) and out.dim() == 3 else out
+    return _taken_back(out, "sequences")
 
 
-def _split_kv(function, cache_layout: str, q, k_cache, v_cache, cache_seqlens, causal=False, **_unused):
+def _split_kv(function, layouts: tuple, q, k_cache, v_cache, cache_seqlens, causal=False, **_unused):
     """A contiguous cache of full sequences is the dense (B, Hkv, Sk, D) problem."""
     dense = [cache.transpose(1, 2).contiguous() for cache in (k_cache, v_cache)]
-    out = function(q.transpose(1, 2).contiguous(), *dense, causal=causal)
-    return out.transpose(1, 2) if isinstance(out, torch.Tensor) and out.dim() == 4 else out
+    return _taken_back(function(_query_given(q, "bhsd"), *dense, causal=causal), "bhsd")
 
 
 _WRAPPERS = {"kvcache": _kvcache, "paged_attention": _paged_attention, "split_kv": _split_kv}
@@ -94,8 +124,8 @@ _WRAPPERS = {"kvcache": _kvcache, "paged_attention": _paged_attention, "split_kv
 def in_kvcache_form(function, declaration):
     """`function`, called FlashAttention-2's way (module doc), by its declared convention."""
     signature = getattr(declaration, "kv_signature", "kvcache")
-    cache_layout = getattr(declaration, "cache_layout", "page_major")
-    if signature == "kvcache" and cache_layout == "page_major":
+    layouts = (getattr(declaration, "cache_layout", "page_major"), getattr(declaration, "query_layout", "bshd"))
+    if signature == "kvcache" and layouts == ("page_major", "bshd"):
         return function
-    wrapper = functools.partial(_WRAPPERS[signature], function, cache_layout)
+    wrapper = functools.partial(_WRAPPERS[signature], function, layouts)
     return functools.update_wrapper(wrapper, function, assigned=("__name__", "__qualname__", "__doc__"))

@@ -29,7 +29,8 @@ from conformance.cases.catalog import (BAD_INPUTS, DIRECTIONS, DTYPES, FP8_DTYPE
                                       VARLEN_OP, Case)
 from conformance.cases.variants import has_empty_rows, has_unequal_lengths
 from conformance.judging.conventions import CHOICES as CONVENTION_CHOICES, Conventions
-from conformance.judging.kv_cache_calls import IMPLIED, IMPLIED_REASON
+from conformance.judging.kv_cache_calls import (IMPLIED, IMPLIED_REASON, QUERY_IMPLIED, QUERY_LAYOUTS, QUERY_REASON,
+                                                SIGNATURE_QUERIES)
 from conformance.judging.operators import OPERATORS
 
 try:
@@ -66,6 +67,9 @@ class Capabilities:
                         flash_attention_split_kv: dense q, k, v, causal, sm_scale)
     cache_layout:       a paged cache's page layout: "page_major" (num_pages, page_size, Hkv, D)
                         or "head_major" (num_pages, Hkv, page_size, D)
+    query_layout:       "bshd" (B, Sq, H, D), "bhsd" (B, H, Sq, D) or "sequences" (B, H, D): one
+                        token per sequence (the conventions' own: paged_attention's sequences,
+                        split_kv's bhsd)
     contiguous, paged:  the cache forms it takes: (B, Smax, Hkv, D), or pages and a block table
     page_sizes:         the page sizes it takes (None: any)
     max_splits:         the largest forced num_splits it takes (0: no num_splits argument)
@@ -100,6 +104,7 @@ class Capabilities:
     max_batch_heads: int | None = None
     kv_signature: str = "kvcache"
     cache_layout: str = "page_major"
+    query_layout: str = "bshd"
     contiguous: bool = True
     paged: bool = True
     page_sizes: tuple | None = None
@@ -201,7 +206,7 @@ _CHOICES = {"dtypes": DTYPES, "directions": DIRECTIONS, "layouts": LAYOUTS, "bad
 # Keys of one value from a fixed set.
 KV_SIGNATURES = ("kvcache", "paged_attention", "split_kv")
 CACHE_LAYOUTS = ("page_major", "head_major")
-_ONE_OF = {"kv_signature": KV_SIGNATURES, "cache_layout": CACHE_LAYOUTS}
+_ONE_OF = {"kv_signature": KV_SIGNATURES, "cache_layout": CACHE_LAYOUTS, "query_layout": QUERY_LAYOUTS}
 _BOOLS = ("causal", "noncausal", "gqa", "mqa", "unequal_lengths", "empty_rows", "dropout", "lse", "total",
           "window", "softcap", "alibi", "varlen", "contiguous", "paged", "append", "cache_lengths")
 _LIMITS = ("max_seq_q", "max_seq_k", "max_batch_heads")
@@ -218,21 +223,29 @@ def from_mapping(mapping, where: str) -> Capabilities:
     if unknown:
         raise ValueError(f"{where}: unknown capability {unknown[0]!r} (known: {', '.join(KEYS)})")
     values = {key: _value(key, value, where) for key, value in mapping.items()}
-    _add_implied(values)
+    _add_implied(values, where)
     unknown_reasons = sorted(set(values.get("reasons", {})) - set(KEYS))
     if unknown_reasons:
         raise ValueError(f"{where}: reasons.{unknown_reasons[0]}: not a capability (known: {', '.join(KEYS)})")
     return Capabilities(**values)
 
 
-def _add_implied(values: dict) -> None:
-    """What a declared KV-cache calling convention cannot take (kv_cache_calls.IMPLIED), under
-    the keys the declaration gives itself, each with the convention's reason."""
+def _add_implied(values: dict, where: str) -> None:
+    """What a declared KV-cache calling convention or query layout cannot take
+    (kv_cache_calls.IMPLIED, QUERY_IMPLIED), under the keys the declaration gives itself, each
+    with its reason. A convention's query layout is its own: another declared is an error."""
     signature = values.get("kv_signature", "kvcache")
-    implied = {key: value for key, value in IMPLIED[signature].items() if key not in values}
-    if implied:
+    if signature in SIGNATURE_QUERIES:
+        own = SIGNATURE_QUERIES[signature]
+        if values.setdefault("query_layout", own) != own:
+            raise ValueError(f"{where}: query_layout: {signature} takes {own} queries, got {values['query_layout']!r}")
+    for implied_by, reason in ((IMPLIED[signature], IMPLIED_REASON.get(signature)),
+                               (QUERY_IMPLIED[values.get("query_layout", "bshd")], QUERY_REASON)):
+        implied = {key: value for key, value in implied_by.items() if key not in values}
         values.update(implied)
-        values["reasons"] = {**{key: IMPLIED_REASON[signature] for key in implied}, **values.get("reasons", {})}
+        values["reasons"] = {**{key: reason for key in implied}, **values.get("reasons", {})}
+    if not values["reasons"]:
+        del values["reasons"]
 
 
 def _value(key: str, value, where: str):
