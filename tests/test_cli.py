@@ -51,7 +51,8 @@ def test_an_exact_kernel_passes(tmp_path, case_id):
     assert line["implementation"] == "tests.fake_kernels:exact"
     assert read_env(out)["implementation"] == {"flash_attention": "tests.fake_kernels:exact",
                                                "piecewise_attention": "kernels:piecewise_attention",
-                                               "flash_attention_varlen": "kernels:flash_attention_varlen"}
+                                               "flash_attention_varlen": "kernels:flash_attention_varlen",
+                                               "kv_cache_attention": "kernels:kv_cache_attention"}
     assert "tests.fake_kernels:exact" in (out / "summary.md").read_text()
 
 

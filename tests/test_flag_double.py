@@ -90,7 +90,8 @@ def test_the_command_line_judges_the_double(tmp_path):
     env = read_env(out)
     assert env["implementation"] == {"flash_attention": "tests.flag_double:flash_attention",
                                      "piecewise_attention": "tests.flag_double:piecewise_attention",
-                                     "flash_attention_varlen": "kernels:flash_attention_varlen"}
+                                     "flash_attention_varlen": "kernels:flash_attention_varlen",
+                                     "kv_cache_attention": "kernels:kv_cache_attention"}
     flash, piecewise = env["capabilities"]["flash_attention"], env["capabilities"]["piecewise_attention"]
     assert flash["source"] == "attribute tests.flag_double:flash_attention.capabilities"
     assert flash["declared"]["head_dims"] == [16, 32, 64, 128]

@@ -221,7 +221,8 @@ def test_every_kind_of_smoke_case_runs_from_another_repository(installed):
     assert sorted(line["case"] for line in lines) == sorted(selected)
     assert {line["verdict"] for line in lines} <= {"pass", "unsupported"}
     assert {line["implementation"] for line in lines} == \
-        {"kernels:flash_attention", "kernels:flash_attention_varlen", "kernels:piecewise_attention"}
+        {"kernels:flash_attention", "kernels:flash_attention_varlen", "kernels:piecewise_attention",
+         "kernels:kv_cache_attention"}
     assert not (project / "imported.log").exists()
 
 
