@@ -26,7 +26,7 @@ from .decode_cache import append_kernel
 from .decode_forward import decode_merge_kernel, decode_split_kernel
 from .flash import contiguous
 from .launch import head_dim_bound, launch, launch_kwargs, launches_on_device, padded_head_dim
-from .problem import resolve_window
+from .problem import resolve_window, score_arguments
 from .targets import current_target, interpreting
 from .validation import (
     DTYPE_NAMES,
@@ -97,10 +97,7 @@ class DecodeProblem:
 
     def score_args(self) -> tuple:
         """window_left, window_right, softcap, ALIBI_SLOPES, stride_alibi_b (None when off)."""
-        left, right = self.band if self.band is not None else (None, None)
-        slopes = self.alibi_slopes
-        stride_batch = None if slopes is None else (slopes.stride(0) if slopes.dim() == 2 else 0)
-        return left, right, self.softcap, slopes, stride_batch
+        return score_arguments(self.band, self.softcap, self.alibi_slopes)
 
     def kernel_flags(self) -> dict:
         """The split kernel's constexpr flags: the mask, the score variants, an fp8 cache."""

@@ -73,10 +73,7 @@ class AttentionProblem:
 
     def score_args(self) -> tuple:
         """window_left, window_right, softcap, ALIBI_SLOPES, stride_alibi_b (None when off)."""
-        left, right = self.band if self.band is not None else (None, None)
-        slopes = self.alibi_slopes
-        stride_batch = None if slopes is None else (slopes.stride(0) if slopes.dim() == 2 else 0)
-        return left, right, self.softcap, slopes, stride_batch
+        return score_arguments(self.band, self.softcap, self.alibi_slopes)
 
     def variant_args(self) -> tuple:
         """The forward's and backward kernels' variant arguments: CU_SEQLENS_Q,
@@ -99,3 +96,11 @@ class AttentionProblem:
         if not self.varlen:
             return {}
         return dict(CU_SEQLENS_Q=self.cu_seqlens_q, total_q=self.total_q, VARLEN=True)
+
+
+def score_arguments(band, softcap, alibi_slopes) -> tuple:
+    """The score function's kernel arguments (kernels.scores): window_left, window_right, softcap,
+    ALIBI_SLOPES, stride_alibi_b, None where a variant is off; (H,) slopes have batch stride 0."""
+    left, right = band if band is not None else (None, None)
+    stride_batch = None if alibi_slopes is None else (alibi_slopes.stride(0) if alibi_slopes.dim() == 2 else 0)
+    return left, right, softcap, alibi_slopes, stride_batch
