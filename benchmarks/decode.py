@@ -31,6 +31,9 @@ import torch
 from conformance.bundled.benchmarks import timing
 
 IMPLEMENTATIONS = ("bundled", "flag_paged", "flag_split_kv", "flex")
+# Peers that read a dense (B, Hkv, S, D) copy of the cache: the page size means nothing to them,
+# so they are measured at the grid's first page size only and compared with every page size.
+DENSE_PEERS = ("flag_split_kv", "flex")
 FULL = dict(dtypes=("fp16", "bf16"), page_sizes=(16, 64), seq_qs=(1, 4), batches=(1, 8, 32, 128),
             contexts=(1024, 4096, 16384, 32768, 131072))
 QUICK = dict(dtypes=("bf16",), page_sizes=(16,), seq_qs=(1,), batches=(8,), contexts=(4096, 32768))
@@ -66,11 +69,22 @@ def cells(dtypes, page_sizes, seq_qs, batches, contexts) -> list[Cell]:
     return [Cell(*values) for values in itertools.product(dtypes, page_sizes, seq_qs, batches, contexts)]
 
 
+def measured_on(cell: Cell, names, first_page_size: int) -> list[str]:
+    """The implementations measured on `cell`: the dense peers at the first page size only."""
+    return [name for name in names if name not in DENSE_PEERS or cell.page_size == first_page_size]
+
+
+def comparison_key(line: dict) -> tuple:
+    """What makes two results lines the same problem: a dense peer's line stands for every page size."""
+    key = (line["dtype"], line["seq_q"], line["batch"], line["context"])
+    return key if line["impl"] in DENSE_PEERS else (*key, line["page_size"])
+
+
 def skip_reason(cell: Cell, name: str, free_bytes: int) -> str | None:
-    """Why `name` is not measured on `cell`, or None. The paged cache is always allocated; the
-    dense peers need a second, dense copy of it."""
-    dense = name in ("flag_split_kv", "flex")
-    needed = cell.cache_bytes * (2 if dense else 1) * 1.1
+    """Why `name` is not measured on `cell`, or None. The paged cache is always allocated; every
+    peer needs a second copy of it in its own layout."""
+    copied = name != "bundled"  # the peers take a copy in their own layout (dense, or head-major pages)
+    needed = cell.cache_bytes * (2 if copied else 1) * 1.1
     if needed > free_bytes:
         return f"needs {needed / 2**30:.1f} GiB of {free_bytes / 2**30:.1f} GiB free"
     if name == "flag_paged" and cell.seq_q != 1:

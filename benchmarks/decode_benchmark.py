@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"comma-separated, of {', '.join(decode.IMPLEMENTATIONS)}")
     parser.add_argument("--flag-attention", type=pathlib.Path, metavar="DIR",
                         help="a folder holding FlagAttention's `flag_attn` package (e.g. a clone's src/)")
+    parser.add_argument("--budget", type=float, metavar="SECONDS",
+                        help="start no cell after this many seconds; run again on the same --out to go on "
+                             "(cells already in its benchmark.jsonl are skipped)")
     parser.add_argument("--render", type=pathlib.Path, metavar="DIR", help="re-render DIR's report and exit")
     return parser
 
@@ -63,9 +66,17 @@ def parse_args(argv):
 # --------------------------------------------------------------------------- the report
 
 def _panels(lines: list[dict]) -> dict:
+    """(dtype, page size, Sq) -> its lines; a dense peer's line (measured at one page size) in
+    every page size's panel, beside the bundled kernel it is compared with."""
+    from conformance.bundled.benchmarks.decode import DENSE_PEERS
+
+    page_sizes = sorted({line["page_size"] for line in lines if line["impl"] not in DENSE_PEERS}
+                        or {line["page_size"] for line in lines})
     panels = {}
     for line in lines:
-        panels.setdefault((line["dtype"], line["page_size"], line["seq_q"]), []).append(line)
+        shown_at = page_sizes if line["impl"] in DENSE_PEERS else [line["page_size"]]
+        for page in shown_at:
+            panels.setdefault((line["dtype"], page, line["seq_q"]), []).append(line)
     return panels
 
 
@@ -98,17 +109,17 @@ def panel_table(lines: list[dict], copy: float | None) -> tuple[list[str], list[
 def goals(lines: list[dict], copy: float | None) -> list[str]:
     """Issue 34's goals, cell by cell: >= 80 % of the copy bandwidth past 256 MB read, and
     >= 1.0x each peer measured on the same cell."""
-    from conformance.bundled.benchmarks.decode import COPY_SHARE_GOAL, LARGE_READ_BYTES
+    from conformance.bundled.benchmarks.decode import COPY_SHARE_GOAL, LARGE_READ_BYTES, comparison_key
 
-    bundled = {(l["dtype"], l["page_size"], l["seq_q"], l["batch"], l["context"]): l
-               for l in lines if l["impl"] == "bundled" and "bandwidth" in l}
-    large = [l for l in bundled.values() if l["cache_bytes"] > LARGE_READ_BYTES]
+    bundled = [l for l in lines if l["impl"] == "bundled" and "bandwidth" in l]
+    large = [l for l in bundled if l["cache_bytes"] > LARGE_READ_BYTES]
     met = [l for l in large if copy and l["bandwidth"] >= COPY_SHARE_GOAL * copy]
     text = [f"- >= {COPY_SHARE_GOAL:.0%} of the copy bandwidth where the cache read exceeds 256 MB: "
             f"{len(met)} of {len(large)} cells" + ("" if copy else " (no copy bandwidth recorded)")]
     for peer in ("flag_paged", "flag_split_kv", "flex"):
-        pairs = [(bundled[key], l) for l in lines if l["impl"] == peer and "bandwidth" in l
-                 for key in [(l["dtype"], l["page_size"], l["seq_q"], l["batch"], l["context"])] if key in bundled]
+        theirs_by_key = {comparison_key(l): l for l in lines if l["impl"] == peer and "bandwidth" in l}
+        pairs = [(ours, theirs_by_key[key]) for ours in bundled
+                 for key in [comparison_key({**ours, "impl": peer})] if key in theirs_by_key]
         if pairs:
             ratios = sorted(ours["bandwidth"] / theirs["bandwidth"] for ours, theirs in pairs)
             wins = sum(ratio >= 1.0 for ratio in ratios)
@@ -162,25 +173,42 @@ def write_report(run_dir: pathlib.Path) -> list[pathlib.Path]:
 
 # --------------------------------------------------------------------------- the run
 
-def run_decode(out: pathlib.Path, cell_list, names, quick: bool) -> pathlib.Path:
-    """Measure every cell into out/benchmark.jsonl (written as measured); env.json gets the
-    copy bandwidth read before and after the grid."""
+def _measured_cells(out: pathlib.Path) -> set[str]:
+    """Labels of the cells out/benchmark.jsonl already holds (a resumed run skips them)."""
+    from conformance.bundled.benchmarks import decode
+
+    path = out / BENCHMARK_FILE
+    fields = ("dtype", "page_size", "seq_q", "batch", "context")
+    return {decode.Cell(*(line[f] for f in fields)).label for line in read_json_lines(path)} if path.exists() else set()
+
+
+def run_decode(out: pathlib.Path, cell_list, names, quick: bool, budget_s: float | None = None) -> pathlib.Path:
+    """Measure every cell not yet in out/benchmark.jsonl into it (written as measured), until
+    `budget_s` seconds have passed (the rest is left for a later run on the same folder);
+    env.json keeps every copy bandwidth reading, before and after each run."""
     import torch
 
     from conformance.bundled.benchmarks import decode, run, timing
 
     out.mkdir(parents=True, exist_ok=True)
     policy = timing.RepetitionPolicy()
-    copies = [decode.copy_bandwidth(policy)]
+    earlier = read_env(out).get("benchmark", {}).get("copy_bandwidth", []) if (out / "env.json").exists() else []
+    copies = [*earlier, decode.copy_bandwidth(policy)]
     method = {"bandwidth": "K and V bytes of every context / median time (benchmarks/decode.py)",
-              "copy_bandwidth": copies}
+              "copy_bandwidth": copies,
+              "dense_peers": f"{', '.join(decode.DENSE_PEERS)} measured at pages of {cell_list[0].page_size} "
+                             "only (they read a dense copy), compared with every page size"}
     measured = {name: name for name in names}
     run.write_environment(out, quick, policy, measured, method)
-    started = time.monotonic()
+    done, started = _measured_cells(out), time.monotonic()
+    todo = [cell for cell in cell_list if cell.label not in done]
     with open(out / BENCHMARK_FILE, "a") as results:
-        for cell in cell_list:
+        for index, cell in enumerate(todo):
+            if budget_s is not None and time.monotonic() - started > budget_s:
+                print(f"budget of {budget_s:.0f} s spent: {len(todo) - index} cells left for a resumed run", flush=True)
+                break
             free = torch.cuda.mem_get_info()[0]
-            for line in decode.measure_cell(cell, names, policy, free):
+            for line in decode.measure_cell(cell, decode.measured_on(cell, names, cell_list[0].page_size), policy, free):
                 results.write(json.dumps(line) + "\n")
                 results.flush()
             print(f"[{time.monotonic() - started:6.0f} s] {cell.label}", flush=True)
@@ -204,7 +232,8 @@ def main(argv=None) -> int:
     if args.flag_attention:
         sys.path.insert(0, str(args.flag_attention.resolve()))
     out = args.out or flash_benchmark.default_out_dir("decode")
-    run_decode(out, decode.cells(**(decode.QUICK if args.quick else decode.FULL)), args.impls.split(","), args.quick)
+    run_decode(out, decode.cells(**(decode.QUICK if args.quick else decode.FULL)), args.impls.split(","), args.quick,
+               args.budget)
     print("\n".join(str(path) for path in write_report(out)))
     return 0
 

@@ -17,7 +17,8 @@
 #   flag-paged      ... on FlagAttention's paged_attention (recipes/flag-attention/paged_attention.toml)
 #   flag-split-kv   ... on FlagAttention's flash_attention_split_kv (recipes/flag-attention/split_kv.toml)
 #   mutants-kv      the kill table of the kv_cache mutants, from the standard tier
-#   benchmark       the decoding benchmark (benchmarks/decode_benchmark.py), alone on the GPU
+#   benchmark       the decoding benchmark (benchmarks/decode_benchmark.py), alone on the GPU, for at most
+#                   BENCH_BUDGET seconds (default 400); run it again on the same folder to go on
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -53,7 +54,7 @@ for name in "$@"; do
                      --capabilities recipes/flag-attention/split_kv.toml --out "$RUNS/$name" ;;
     mutants-kv) mapfile -t names < <(python -m mutants --list | awk '/^kv_cache_/ {print "--mutant=" $1}')
                 packed_step "$name" python -m mutants --tier standard "${names[@]}" --max-kills 3 --out "$RUNS/$name" ;;
-    benchmark) packed_step "$name" python benchmarks/decode_benchmark.py --flag-attention "$FLAG_ATTENTION" \
+    benchmark) packed_step "$name" python benchmarks/decode_benchmark.py --flag-attention "$FLAG_ATTENTION" --budget "${BENCH_BUDGET:-400}" \
                  --out "$RUNS/$name" ;;
     *) echo "unknown step $name" | tee -a "$RUNS/steps.log" ;;
   esac

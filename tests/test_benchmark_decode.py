@@ -8,8 +8,8 @@ import pytest
 from conformance.bundled.benchmarks import decode, decode_benchmark
 
 
-def _line(impl, bandwidth=None, batch=8, context=32768, **extra):
-    cell = decode.Cell("bf16", 16, 1, batch, context)
+def _line(impl, bandwidth=None, batch=8, context=32768, page_size=16, **extra):
+    cell = decode.Cell("bf16", page_size, 1, batch, context)
     line = {"impl": impl, **cell.__dict__, "cache_bytes": cell.cache_bytes, **extra}
     if bandwidth is not None:
         line.update(ms=cell.cache_bytes / bandwidth * 1e3, bandwidth=bandwidth, samples=40)
@@ -57,3 +57,17 @@ def test_the_report_checks_the_goals_cell_by_cell(tmp_path):
     assert "- >= 1.0x flag_split_kv: not measured" in text
     assert "2600 (87%)" in text and "needs 9.0 GiB" in text
     assert (tmp_path / decode_benchmark.PLOT_FILE).read_text().startswith("<svg")
+
+
+def test_dense_peers_are_measured_once_and_compared_at_every_page_size(tmp_path):
+    names = list(decode.IMPLEMENTATIONS)
+    assert decode.measured_on(decode.Cell("bf16", 16, 1, 8, 4096), names, 16) == names
+    assert decode.measured_on(decode.Cell("bf16", 64, 1, 8, 4096), names, 16) == ["bundled", "flag_paged"]
+    lines = [_line("bundled", 2.6e12), _line("bundled", 2.0e12, page_size=64), _line("flex", 2.5e12)]
+    (tmp_path / "env.json").write_text(json.dumps({"device": "a GPU", "benchmark": {"copy_bandwidth": [3.0e12]}}))
+    (tmp_path / decode_benchmark.BENCHMARK_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert decode_benchmark.main(["--render", str(tmp_path)]) == 0
+    text = (tmp_path / decode_benchmark.MARKDOWN_FILE).read_text()
+    assert "- >= 1.0x flex: 1 of 2 cells (ratio 0.80-1.04)" in text
+    assert "## bf16, pages of 64, Sq 1" in text and text.count("2500 (83%)") == 2  # flex in both panels
+    assert decode_benchmark._measured_cells(tmp_path) == {"bf16 page16 Sq1 B8 ctx32768", "bf16 page64 Sq1 B8 ctx32768"}
