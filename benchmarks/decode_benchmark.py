@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import subprocess
 import sys
 import time
 
@@ -49,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="start no cell after this many seconds; run again on the same --out to go on "
                              "(cells already in its benchmark.jsonl are skipped)")
     parser.add_argument("--render", type=pathlib.Path, metavar="DIR", help="re-render DIR's report and exit")
+    # How the supervising process runs the grid (`supervise`); not for users.
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--only", metavar="CELL", help=argparse.SUPPRESS)
     return parser
 
 
@@ -182,7 +186,8 @@ def _measured_cells(out: pathlib.Path) -> set[str]:
     return {decode.Cell(*(line[f] for f in fields)).label for line in read_json_lines(path)} if path.exists() else set()
 
 
-def run_decode(out: pathlib.Path, cell_list, names, quick: bool, budget_s: float | None = None) -> pathlib.Path:
+def run_decode(out: pathlib.Path, cell_list, names, quick: bool, budget_s: float | None = None,
+               note: str | None = None) -> pathlib.Path:
     """Measure every cell not yet in out/benchmark.jsonl into it (written as measured), until
     `budget_s` seconds have passed (the rest is left for a later run on the same folder);
     env.json keeps every copy bandwidth reading, before and after each run."""
@@ -209,12 +214,66 @@ def run_decode(out: pathlib.Path, cell_list, names, quick: bool, budget_s: float
                 break
             free = torch.cuda.mem_get_info()[0]
             for line in decode.measure_cell(cell, decode.measured_on(cell, names, cell_list[0].page_size), policy, free):
-                results.write(json.dumps(line) + "\n")
+                results.write(json.dumps({**line, **({"note": note} if note else {})}) + "\n")
                 results.flush()
             print(f"[{time.monotonic() - started:6.0f} s] {cell.label}", flush=True)
     copies.append(decode.copy_bandwidth(policy))
     run.write_environment(out, quick, policy, measured, method)
     return out
+
+
+def _worker(args, out: pathlib.Path, names: list[str], budget_s: float | None = None) -> subprocess.CompletedProcess:
+    """This script in a child process measuring into `out` (stdout passed through, stderr kept)."""
+    command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", "--out", str(out), "--impls", ",".join(names),
+               *(["--quick"] if args.quick else []), *(["--only", args.only] if args.only else []),
+               *(["--flag-attention", str(args.flag_attention)] if args.flag_attention else []),
+               *(["--budget", f"{budget_s:.0f}"] if budget_s is not None else [])]
+    child = subprocess.run(command, stderr=subprocess.PIPE, text=True)
+    sys.stderr.write(child.stderr)
+    return child
+
+
+def _last_words(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line or "error" in line]
+    return (errors or lines or ["no output"])[0 if errors else -1][:300]
+
+
+def supervise(args, out: pathlib.Path, cell_list, names: list[str]) -> None:
+    """Run the grid in child processes, so that a crash is recorded and the grid goes on.
+
+    An illegal memory access poisons the CUDA context of the process it happens in (every later
+    call fails), and which implementation caused it is not known when the grid's calls take
+    turns. So the grid runs in a child; where a child dies, the first cell it had not finished is
+    measured again one implementation per child, the one whose child dies recorded as an error
+    with its last words, and the grid resumes after that cell (every cell then has its lines,
+    so the loop always advances)."""
+    from dataclasses import asdict
+
+    from conformance.bundled.benchmarks import decode
+
+    started = time.monotonic()
+
+    def budget_left():
+        return None if args.budget is None else args.budget - (time.monotonic() - started)
+
+    while True:
+        child = _worker(args, out, names, budget_left())
+        todo = [cell for cell in cell_list if cell.label not in _measured_cells(out)]
+        if child.returncode == 0 or not todo or (args.budget is not None and budget_left() <= 0):
+            return
+        cell = todo[0]
+        print(f"the measuring process died (exit {child.returncode}) in {cell.label}: "
+              "measuring it one implementation per process", flush=True)
+        for name in decode.measured_on(cell, names, cell_list[0].page_size):
+            alone = _worker(argparse.Namespace(**{**vars(args), "only": cell.label}), out, [name])
+            have = {line["impl"] for line in read_json_lines(out / BENCHMARK_FILE)
+                    if decode.Cell(*(line[f] for f in ("dtype", "page_size", "seq_q", "batch", "context"))) == cell}
+            if name not in have:
+                line = {"impl": name, **asdict(cell), "cache_bytes": cell.cache_bytes,
+                        "error": f"the process died (exit {alone.returncode}) measuring it alone: {_last_words(alone.stderr)}"}
+                with open(out / BENCHMARK_FILE, "a") as results:
+                    results.write(json.dumps(line) + "\n")
 
 
 def main(argv=None) -> int:
@@ -229,12 +288,17 @@ def main(argv=None) -> int:
         return 0
     if flash_benchmark.gpu_missing("decode benchmark"):
         return EXIT_NO_GPU
+    out = args.out or flash_benchmark.default_out_dir("decode")
+    cell_list = decode.cells(**(decode.QUICK if args.quick else decode.FULL))
+    if not args.worker:
+        supervise(args, out, cell_list, args.impls.split(","))
+        print("\n".join(str(path) for path in write_report(out)))
+        return 0
     if args.flag_attention:
         sys.path.insert(0, str(args.flag_attention.resolve()))
-    out = args.out or flash_benchmark.default_out_dir("decode")
-    run_decode(out, decode.cells(**(decode.QUICK if args.quick else decode.FULL)), args.impls.split(","), args.quick,
-               args.budget)
-    print("\n".join(str(path) for path in write_report(out)))
+    only = [cell for cell in cell_list if cell.label == args.only] if args.only else cell_list
+    run_decode(out, only, args.impls.split(","), args.quick, args.budget,
+               note="measured alone: the grid's process died in this cell" if args.only else None)
     return 0
 
 

@@ -13,6 +13,7 @@
 #   standard        the standard tier, then `diff` against the published H100 standard run: the
 #                   cases before KV-cache decoding must not change
 #   long-kv         the full tier's KV-cache cases beyond standard (caches of 64k and 128k keys)
+#   nonempty        the standard tier's lens=nonempty cases alone (added after the first H100 run)
 #   flex-kv         the standard tier's KV-cache cases judged on FlexAttention (contiguous caches)
 #   flag-paged      ... on FlagAttention's paged_attention (recipes/flag-attention/paged_attention.toml)
 #   flag-split-kv   ... on FlagAttention's flash_attention_split_kv (recipes/flag-attention/split_kv.toml)
@@ -37,12 +38,20 @@ standard = {case.id for case in cases('standard')}
 print('\n'.join('--case=' + c.id for c in cases('full') if c.op == 'kv_cache_attention' and c.id not in standard))"
 }
 
+nonempty_cases() {  # --case=ID for each standard case whose caches are never empty
+  python -c "
+from conformance.cases.tiers import cases
+print('\\n'.join('--case=' + c.id for c in cases('standard') if c.lens == 'nonempty'))"
+}
+
 for name in "$@"; do
   case "$name" in
     standard) packed_step "$name" python -m conformance run --tier standard --out "$RUNS/$name"
               step diff-standard python -m conformance diff reports/h100-sm90/standard "$RUNS/$name" ;;
     long-kv) mapfile -t ids < <(long_kv_cases)
              packed_step "$name" python -m conformance run "${ids[@]}" --out "$RUNS/$name" ;;
+    nonempty) mapfile -t ids < <(nonempty_cases)
+              packed_step "$name" python -m conformance run "${ids[@]}" --out "$RUNS/$name" ;;
     flex-kv) packed_step "$name" python -m conformance run --tier standard "${KV[@]}" \
                --kernel kv_cache_attention=flex --out "$RUNS/$name" ;;
     flag-paged) PYTHONPATH="$FLAG_ATTENTION${PYTHONPATH:+:$PYTHONPATH}" packed_step "$name" \

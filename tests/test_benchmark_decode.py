@@ -71,3 +71,46 @@ def test_dense_peers_are_measured_once_and_compared_at_every_page_size(tmp_path)
     assert "- >= 1.0x flex: 1 of 2 cells (ratio 0.80-1.04)" in text
     assert "## bf16, pages of 64, Sq 1" in text and text.count("2500 (83%)") == 2  # flex in both panels
     assert decode_benchmark._measured_cells(tmp_path) == {"bf16 page16 Sq1 B8 ctx32768", "bf16 page64 Sq1 B8 ctx32768"}
+
+
+def test_a_crash_is_recorded_against_the_implementation_that_crashes_and_the_grid_goes_on(tmp_path, monkeypatch):
+    """The supervisor with a stand-in child: the grid's child dies in the second cell; measured
+    alone there, flex dies and bundled does not; the grid then resumes and finishes."""
+    import argparse
+    import subprocess
+    from dataclasses import asdict
+
+    cell_list = decode.cells(dtypes=("bf16",), page_sizes=(16,), seq_qs=(1,), batches=(8,), contexts=(1024, 4096, 16384))
+    path = tmp_path / decode_benchmark.BENCHMARK_FILE
+    calls = []
+
+    def write(cell, name):
+        with open(path, "a") as results:
+            results.write(json.dumps({"impl": name, **asdict(cell), "cache_bytes": cell.cache_bytes, "bandwidth": 1e12}) + "\n")
+
+    def child(args, out, names, budget_s=None):
+        calls.append((args.only, tuple(names)))
+        if args.only:  # one implementation alone on the crashing cell
+            if names == ["flex"]:
+                return subprocess.CompletedProcess([], 1, stderr="torch.AcceleratorError: CUDA error: an illegal memory access\n")
+            write(cell_list[1], names[0])
+            return subprocess.CompletedProcess([], 0, stderr="")
+        done = decode_benchmark._measured_cells(out)
+        for index, cell in enumerate(cell_list):
+            if cell.label in done:
+                continue
+            if index == 1 and len(calls) == 1:
+                return subprocess.CompletedProcess([], 1, stderr="RuntimeError: CUDA error\n")
+            for name in names:
+                write(cell, name)
+        return subprocess.CompletedProcess([], 0, stderr="")
+
+    monkeypatch.setattr(decode_benchmark, "_worker", child)
+    args = argparse.Namespace(budget=None, only=None, quick=False, flag_attention=None)
+    decode_benchmark.supervise(args, tmp_path, cell_list, ["bundled", "flex"])
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(line["context"], line["impl"], "error" in line) for line in lines] == [
+        (1024, "bundled", False), (1024, "flex", False), (4096, "bundled", False), (4096, "flex", True),
+        (16384, "bundled", False), (16384, "flex", False)]
+    assert "illegal memory access" in lines[3]["error"]
+    assert calls[1:3] == [(cell_list[1].label, ("bundled",)), (cell_list[1].label, ("flex",))]

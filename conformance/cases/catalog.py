@@ -36,7 +36,7 @@ VARLEN_OP = "flash_attention_varlen"
 # `batch` sequences against that sequence's cache of at most Sk keys (conformance.cases.kv_cache).
 KV_CACHE_OP = "kv_cache_attention"
 # The length patterns of a KV-cache case's cache lengths (conformance.cases.variants).
-KV_CACHE_LENGTHS = ("equal", "mixed")
+KV_CACHE_LENGTHS = ("equal", "mixed", "nonempty")
 # The block-table orders of a paged cache (conformance.judging.kv_cache): pages in a seeded
 # shuffle, or a prefix of pages shared by several sequences (a common prompt).
 BLOCK_TABLES = ("shuffled", "shared")
@@ -149,7 +149,8 @@ class Case:
     lens: the length pattern of a flash_attention_varlen case: `batch` sequences of at
         most seq_q queries and seq_k keys, lengths drawn from the case
         (conformance.cases.variants). `lens=mixed`. A kv_cache_attention case's pattern of
-        cache lengths (equal or mixed; every sequence has seq_q new queries).
+        cache lengths (equal, mixed, or nonempty: mixed with no empty cache; every sequence
+        has seq_q new queries).
     page: kv_cache_attention's page size (a paged cache with a block table); None for a
         contiguous (B, Sk, Hkv, D) cache. `page16`.
     splits: kv_cache_attention's forced number of key splits (num_splits); 0 for the
@@ -310,6 +311,8 @@ def _variant_problem(case: Case) -> str | None:
         return f"lens (the length pattern) is required by {VARLEN_OP} and {KV_CACHE_OP} and only by them"
     if case.lens is not None and case.lens not in LENGTH_PATTERNS:
         return f"lens must be one of {', '.join(LENGTH_PATTERNS)}, got {case.lens!r}"
+    if case.lens == "nonempty" and case.op != KV_CACHE_OP:
+        return f"lens=nonempty is a pattern of {KV_CACHE_OP}'s cache lengths"
     if case.lens == "paired" and case.seq_q != case.seq_k:
         return "lens=paired (len_q = len_k per sequence) needs Sq == Sk"
     if case.op == VARLEN_OP and (case.total or case.layout != "bhsd" or case.bad_input is not None):

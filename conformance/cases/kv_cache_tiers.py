@@ -2,8 +2,8 @@
 
 A shape is (sequences, heads, kv heads, new tokens Sq, cache capacity Sk); `lens=mixed` draws
 each sequence's context length in [0, Sk] (in [Sq, Sk] with `append`) and plants the full
-cache, an empty one, one token and one just past a power of two
-(conformance.cases.variants). Pages of 1 to 256 keys, shuffled or with a shared prefix;
+cache, an empty one, one token and one just past a power of two; `lens=nonempty` the same
+without the empty one (conformance.cases.variants). Pages of 1 to 256 keys, shuffled or with a shared prefix;
 forced key splits 1 to 16 next to the kernel's heuristic, more splits than tiles leaving
 some empty; GQA ratios 1 to 16 and MQA; new tokens appended to the cache; 8-bit caches
 (`unsupported` on backends without fp8).
@@ -64,6 +64,10 @@ STANDARD: tuple[Grid, ...] = (
     # every forced split count, up to 16 new tokens, with lse (an empty split's lse is -inf)
     dict(op=KV, direction=("fwd",), dtype=("fp16",), head_dim=(128,), causal=(True,), lse=(True,),
          lens=("mixed",), page=(None, 16), splits=SPLITS, shape=_shapes(DECODE, (16,), 4096)),
+    # one new token per sequence against caches never empty (a serving engine's decode step has
+    # its own token cached): kernels that cannot take an empty cache are judged on these
+    dict(op=KV, direction=("fwd",), dtype=HALF_DTYPES, head_dim=(128,), causal=CAUSAL_BOTH, lens=("nonempty",),
+         page=(16, 64, 256), shape=[(8, 32, 8, 1, 4096), (4, 32, 1, 1, 2048)]),
     # new tokens written into the cache, 1 to 16 of them
     dict(op=KV, direction=("fwd",), dtype=HALF_DTYPES, head_dim=(128,), causal=(True,), lens=("mixed",),
          page=(None, 16, 64), append=(True,), shape=_shapes(DECODE, (1, 4, 16), 4096)),

@@ -37,7 +37,7 @@ import hashlib
 
 KV_CACHE_OP = "kv_cache_attention"  # conformance.cases.catalog's; the catalog imports this module
 
-LENGTH_PATTERNS = ("equal", "paired", "mixed")
+LENGTH_PATTERNS = ("equal", "paired", "mixed", "nonempty")
 
 
 def _draw(key: str, index: int, what: str, upper: int) -> int:
@@ -85,8 +85,10 @@ def _context_lengths(case, key: str) -> tuple[int, ...]:
     """A KV-cache case's context lengths (the keys each sequence attends to), `mixed`: drawn in
     [shortest, Sk], where shortest is Sq when the call appends Sq new tokens (an empty cache
     then), else 0; planted: the full cache, the shortest, one more than the shortest (a
-    cache of one token), and one just past a power of two (the first key of a fresh tile)."""
-    shortest = case.seq_q if case.append else 0
+    cache of one token), and one just past a power of two (the first key of a fresh tile).
+    `nonempty`: the same with every sequence seeing at least one key (a serving engine's
+    decode step always has its own token cached; some kernels divide by zero otherwise)."""
+    shortest = case.seq_q if case.append else (1 if case.lens == "nonempty" else 0)
     lengths = [shortest + _draw(key, b, "context", case.seq_k - shortest) for b in range(case.batch)]
     just_past_tile = (1 << max(0, (case.seq_k - 1).bit_length() - 1)) + 1
     planted = [min(case.seq_k, length) for length in (case.seq_k, shortest, shortest + 1, max(shortest, just_past_tile))]
