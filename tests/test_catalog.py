@@ -218,7 +218,7 @@ def test_kv_cache_contents():
     assert {c.splits for c in standard} == {0, 1, 2, 3, 4, 8, 16}
     assert {c.heads // c.kv_heads for c in standard} >= {1, 4, 8, 16, 32}
     assert {c.seq_q for c in standard} == {1, 4, 16} and {c.table for c in standard} == {None, "shuffled", "shared"}
-    assert {c.dtype for c in standard} == {"fp16", "bf16", "fp32"} and {c.lens for c in standard} == {"equal", "mixed"}
+    assert {c.dtype for c in standard} == {"fp16", "bf16", "fp32"} and {c.lens for c in standard} == {"equal", "mixed", "nonempty"}
     assert {c.append for c in standard if c.causal and c.seq_q == 16} == {False, True}
     assert max(c.batch for c in standard) == 128
     long_caches = {c.seq_k for c in cases("full") if c.op == "kv_cache_attention"} - {c.seq_k for c in standard}

@@ -122,8 +122,12 @@ def test_flex_judges_a_contiguous_cache_it_appends_to(tmp_path):
 def test_the_flag_attention_recipes_declare_their_conventions(tmp_path):
     """recipes/flag-attention/*.toml, as the guide uses them, on doubles of the two signatures."""
     code, lines = run(tmp_path, "paged_attention", PAGED_SHUFFLED, capabilities="recipes/flag-attention/paged_attention.toml")
-    assert lines[PAGED_SHUFFLED]["verdict"] == "unsupported" and "page size 1 not in" in lines[PAGED_SHUFFLED]["reason"]
-    paged16 = PAGED_SHUFFLED.replace("page1,", "page16,")
+    # its caches include an empty one, which paged_attention declares it cannot take
+    assert lines[PAGED_SHUFFLED]["verdict"] == "unsupported" and "rows that see no key" in lines[PAGED_SHUFFLED]["reason"]
+    nonempty = PAGED_SHUFFLED.replace("lens=mixed", "lens=nonempty")
+    code, lines = run(tmp_path, "paged_attention", nonempty, capabilities="recipes/flag-attention/paged_attention.toml")
+    assert lines[nonempty]["verdict"] == "unsupported" and "page size 1 not in" in lines[nonempty]["reason"]
+    paged16 = nonempty.replace("page1,", "page16,")
     code, lines = run(tmp_path, "paged_attention", paged16, capabilities="recipes/flag-attention/paged_attention.toml")
     assert (code, lines[paged16]["verdict"]) == (0, "pass")
     code, lines = run(tmp_path, "split_kv", EQUAL_CONTIGUOUS, capabilities="recipes/flag-attention/split_kv.toml")
