@@ -7,7 +7,11 @@ each with Sq new tokens against a full cache of `context` keys, H = 32 query hea
 Hkv = 8, D = 128, in pages of `page_size` keys addressed through a shuffled block table.
 Every implementation gets the same cache contents in its own layout:
 
-    bundled        kernels.kv_cache_attention on the paged cache (its num_splits heuristic)
+    bundled        kernels.kv_cache_attention on the paged cache (its num_splits heuristic),
+                   as called by default: the values of cache_seqlens and the block table
+                   checked first (one read back to the host per call)
+    bundled_unchecked  the same with check_values=False (no read back: what a serving loop
+                   that builds its own tables calls)
     flag_paged     FlagAttention's paged_attention (head-major pages, one token per sequence)
     flag_split_kv  FlagAttention's flash_attention_split_kv on the dense (B, Hkv, S, D) cache
     flex           torch's FlexAttention, compiled, on the dense cache (a causal block mask
@@ -30,7 +34,10 @@ import torch
 
 from conformance.bundled.benchmarks import timing
 
-IMPLEMENTATIONS = ("bundled", "flag_paged", "flag_split_kv", "flex")
+IMPLEMENTATIONS = ("bundled", "bundled_unchecked", "flag_paged", "flag_split_kv", "flex")
+# Decode calls take microseconds to milliseconds: fewer, shorter rounds than the training
+# benchmarks' keep the 160-cell grid within a device session (medians still of >= 10 calls).
+POLICY = timing.RepetitionPolicy(target_ms=100.0, warmup_ms=50.0, rounds=2)
 # Peers that read a dense (B, Hkv, S, D) copy of the cache: the page size means nothing to them,
 # so they are measured at the grid's first page size only and compared with every page size.
 DENSE_PEERS = ("flag_split_kv", "flex")
@@ -80,15 +87,21 @@ def comparison_key(line: dict) -> tuple:
     return key if line["impl"] in DENSE_PEERS else (*key, line["page_size"])
 
 
-def skip_reason(cell: Cell, name: str, free_bytes: int) -> str | None:
-    """Why `name` is not measured on `cell`, or None. The paged cache is always allocated; every
-    peer needs a second copy of it in its own layout."""
-    copied = name != "bundled"  # the peers take a copy in their own layout (dense, or head-major pages)
-    needed = cell.cache_bytes * (2 if copied else 1) * 1.1
-    if needed > free_bytes:
-        return f"needs {needed / 2**30:.1f} GiB of {free_bytes / 2**30:.1f} GiB free"
+RESERVE_BYTES = 1 << 30  # kept free for outputs, scratch and workspaces
+
+
+def skip_reason(cell: Cell, name: str, free_bytes: int, has_copy: bool = False) -> str | None:
+    """Why `name` is not measured on `cell`, or None, with `free_bytes` free right before its
+    inputs are built: "cache" is the paged cache itself, which every implementation reads; each
+    peer needs a copy of it in its own layout (head-major pages, or the dense copy the dense
+    peers share: `has_copy` once made)."""
     if name == "flag_paged" and cell.seq_q != 1:
         return "paged_attention takes one token per sequence"
+    copies = 0 if name.startswith("bundled") or has_copy else 1
+    needed = cell.cache_bytes * copies * 1.1 + RESERVE_BYTES
+    if needed > free_bytes:
+        what = "the paged cache" if name == "cache" else "a copy of the cache" if copies else "outputs"
+        return f"{what} needs {needed / 2**30:.1f} GiB of {free_bytes / 2**30:.1f} GiB free"
     return None
 
 
@@ -102,10 +115,15 @@ class Problem:
     block_table: torch.Tensor
     cache_seqlens: torch.Tensor
 
+    dense_copy: tuple | None = None
+
     def dense(self, context: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, Hkv, context, D) keys and values gathered from the pages (the dense peers' layout)."""
-        return tuple(pages[self.block_table.long()].flatten(1, 2)[:, :context].transpose(1, 2).contiguous()
-                     for pages in (self.k_pages, self.v_pages))
+        """(B, Hkv, context, D) keys and values gathered from the pages (the dense peers' layout),
+        made once per cell and shared by the dense peers."""
+        if self.dense_copy is None:
+            self.dense_copy = tuple(pages[self.block_table.long()].flatten(1, 2)[:, :context].transpose(1, 2)
+                                    .contiguous() for pages in (self.k_pages, self.v_pages))
+        return self.dense_copy
 
 
 def problem(cell: Cell, device="cuda", seed: int = 0) -> Problem:
@@ -122,11 +140,15 @@ def problem(cell: Cell, device="cuda", seed: int = 0) -> Problem:
     return Problem(q, k_pages, v_pages, order.view(cell.batch, pages_per_sequence), lengths)
 
 
-def _bundled(cell: Cell, tensors: Problem):
+def _bundled(cell: Cell, tensors: Problem, check_values: bool = True):
     from conformance.bundled.kernels import kv_cache_attention
 
     return lambda: kv_cache_attention(tensors.q, tensors.k_pages, tensors.v_pages, tensors.cache_seqlens,
-                                      block_table=tensors.block_table, causal=True)
+                                      block_table=tensors.block_table, causal=True, check_values=check_values)
+
+
+def _bundled_unchecked(cell: Cell, tensors: Problem):
+    return _bundled(cell, tensors, check_values=False)
 
 
 def _flag_paged(cell: Cell, tensors: Problem):
@@ -161,7 +183,8 @@ def _flex(cell: Cell, tensors: Problem):
     return lambda: compiled(query, keys, values, block_mask=mask, enable_gqa=True)
 
 
-_BUILDERS = {"bundled": _bundled, "flag_paged": _flag_paged, "flag_split_kv": _flag_split_kv, "flex": _flex}
+_BUILDERS = {"bundled": _bundled, "bundled_unchecked": _bundled_unchecked, "flag_paged": _flag_paged,
+             "flag_split_kv": _flag_split_kv, "flex": _flex}
 
 
 def copy_bandwidth(policy: timing.RepetitionPolicy, nbytes: int = COPY_BYTES) -> float:
@@ -172,15 +195,19 @@ def copy_bandwidth(policy: timing.RepetitionPolicy, nbytes: int = COPY_BYTES) ->
     return 2 * nbytes / (result[0] / 1e3)
 
 
-def measure_cell(cell: Cell, names, policy: timing.RepetitionPolicy, free_bytes: int) -> list[dict]:
+def measure_cell(cell: Cell, names, policy: timing.RepetitionPolicy) -> list[dict]:
     """One results line per implementation: its median time and bandwidth, or why not."""
     lines = {name: {"impl": name, **asdict(cell), "cache_bytes": cell.cache_bytes} for name in names}
-    skipped = {name: skip_reason(cell, name, free_bytes) for name in names}
+    no_cache = skip_reason(cell, "cache", torch.cuda.mem_get_info()[0])
+    if no_cache:
+        return [{**line, "skip": no_cache} for line in lines.values()]
     tensors = problem(cell)
     calls = {}
     for name in names:
-        if skipped[name]:
-            lines[name]["skip"] = skipped[name]
+        reason = skip_reason(cell, name, torch.cuda.mem_get_info()[0],
+                             has_copy=name in DENSE_PEERS and tensors.dense_copy is not None)
+        if reason:
+            lines[name]["skip"] = reason
             continue
         try:
             calls[name] = _BUILDERS[name](cell, tensors)

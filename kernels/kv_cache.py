@@ -34,8 +34,8 @@ from .validation import (
     HIGH_PRECISION,
     check_alibi_slopes,
     check_block_table,
-    check_block_table_entries,
     check_cache_seqlens,
+    check_cache_values,
     check_descale,
     check_device,
     check_dtype_supported,
@@ -66,7 +66,8 @@ _CACHE_AXES = "(batch, seqlen_cache, kv_heads, head_dim) or, paged, (num_pages, 
 class DecodeProblem:
     """One validated call: shapes; the block table (B, max_pages) int32 and page size the
     kernels address the cache by; the context lengths L_b (int32 on the device, and the
-    longest); the mask and score options as kernels.problem resolves them; the fp8 scales."""
+    capacity per sequence, which bounds them: the host never reads the lengths); the mask and
+    score options as kernels.problem resolves them; the fp8 scales."""
 
     batch: int
     heads: int
@@ -76,7 +77,7 @@ class DecodeProblem:
     block_table: torch.Tensor
     page_size: int
     context_lens: torch.Tensor
-    longest: int
+    capacity: int
     causal: bool
     band: tuple[int, int] | None
     softcap: float | None
@@ -161,24 +162,26 @@ def _cache_table(k_cache, block_table, batch: int, device) -> tuple[torch.Tensor
 
 
 def _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, window_size,
-                     softcap, alibi_slopes, sm_scale, num_splits, k_descale, v_descale) -> DecodeProblem:
-    """Every argument, before anything is launched (kernels.validation's checks)."""
+                     softcap, alibi_slopes, sm_scale, num_splits, k_descale, v_descale,
+                     check_values: bool) -> DecodeProblem:
+    """Every argument, before anything is launched (kernels.validation's checks); the values of
+    cache_seqlens and block_table only with `check_values` (one read back to the host)."""
     _check_tensors(q, k_cache, v_cache)
     batch, seq_q, heads, head_dim = q.shape
     kv_heads, device = k_cache.shape[2], q.device
     table, page_size, capacity, paged = _cache_table(k_cache, block_table, batch, device)
     appended = seq_q if check_new_kv(k_new, v_new, (batch, seq_q, kv_heads, head_dim), k_cache.dtype, device) else 0
-    lengths = [length + appended for length in check_cache_seqlens(cache_seqlens, batch, capacity, appended, device)]
-    if paged:
-        check_block_table_entries(table, k_cache.shape[0], [-(-length // page_size) for length in lengths])
+    check_cache_seqlens(cache_seqlens, batch, device)
+    check_flag("check_values", check_values)
+    if check_values:
+        check_cache_values(cache_seqlens, appended, capacity, table if paged else None, k_cache.shape[0], page_size)
     check_flag("causal", causal)
-    longest = max(lengths, default=0)
-    causal, band = resolve_window(check_window_size(window_size), causal, seq_q, longest)
+    causal, band = resolve_window(check_window_size(window_size), causal, seq_q, capacity)
     slopes = contiguous(check_alibi_slopes(alibi_slopes, batch, heads, device))
     descales = tuple(check_descale(name, descale, k_cache.dtype)
                      for name, descale in (("k_descale", k_descale), ("v_descale", v_descale)))
     return DecodeProblem(batch, heads, kv_heads, seq_q, head_dim, table, page_size,
-                         torch.tensor(lengths, dtype=torch.int32, device=device), longest, causal, band,
+                         cache_seqlens + appended if appended else cache_seqlens.contiguous(), capacity, causal, band,
                          check_optional_softcap(softcap), slopes,
                          1.0 / math.sqrt(head_dim) if sm_scale is None else check_sm_scale(sm_scale),
                          descales, k_cache.dtype in FP8, check_num_splits(num_splits))
@@ -192,14 +195,15 @@ def processors(device: torch.device) -> int:
     return STAND_IN_PROCESSORS
 
 
-def split_count(requested: int, programs: int, longest: int, block_n: int, available: int) -> int:
+def split_count(requested: int, programs: int, capacity: int, block_n: int, available: int) -> int:
     """The splits of every sequence's keys: `requested` where >= 1; else (0) enough that the
     `programs` without splits, times the splits, fill the `available` processors once, at
-    most MAX_SPLITS and at most the longest sequence's key tiles (a split of at least one
-    tile), at least 1."""
+    most MAX_SPLITS and at most the key tiles of the cache's capacity per sequence (a split of
+    at least one tile where a sequence fills it; the lengths themselves stay on the device),
+    at least 1."""
     if requested:
         return requested
-    return max(1, min(MAX_SPLITS, triton.cdiv(available, max(programs, 1)), triton.cdiv(longest, block_n)))
+    return max(1, min(MAX_SPLITS, triton.cdiv(available, max(programs, 1)), triton.cdiv(capacity, block_n)))
 
 
 def row_tile(rows: int, block_m: int) -> int:
@@ -238,7 +242,7 @@ def _attend(q, k_cache, v_cache, problem: DecodeProblem):
     block_d = padded_head_dim(problem.head_dim, q.dtype)
     cfg = _split_launch(problem, block_d, q.dtype)
     row_tiles = triton.cdiv(rows, cfg["BLOCK_M"])
-    splits = split_count(problem.num_splits, batch * kv_heads * row_tiles, problem.longest, cfg["BLOCK_N"],
+    splits = split_count(problem.num_splits, batch * kv_heads * row_tiles, problem.capacity, cfg["BLOCK_N"],
                          processors(q.device))
     # Scratch (B, Hkv, splits, rows, D) and (B, Hkv, splits, rows), fp32: every element is
     # written by the program of its (row tile, split), an empty split's too (0, -inf).
@@ -264,7 +268,8 @@ def _attend(q, k_cache, v_cache, problem: DecodeProblem):
 
 def kv_cache_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_new=None, v_new=None,
                        causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, sm_scale=None,
-                       num_splits=0, return_log_normalizer=False, k_descale=None, v_descale=None):
+                       num_splits=0, return_log_normalizer=False, k_descale=None, v_descale=None,
+                       check_values=True):
     """Attention of new query tokens to a KV cache, FlashAttention-2's flash_attn_with_kvcache.
 
     q: (batch, seqlen_q, heads, head_dim), fp16, bf16 or fp32; head dims as flash_attention's.
@@ -287,12 +292,18 @@ def kv_cache_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, 
     num_splits: 0 lets the kernel choose (kv_cache.split_count); n >= 1 splits every sequence's
         keys into n runs of whole key tiles, merged by log-sum-exp.
     return_log_normalizer: also return lse (batch, heads, seqlen_q) fp32.
+    check_values: check cache_seqlens' and block_table's values before launching (a length
+        beyond the cache, a page index outside it: a clear error instead of a read or write
+        out of bounds).  It costs one read back to the host, which waits for the GPU work
+        queued before the call; False skips it, for a serving loop that builds its own tables
+        (FlashAttention-2's and vLLM's kernels never check) -- bad values then read and write
+        wherever they point.  Shapes, dtypes and devices are checked either way.
 
     Rows that see no key (L_b = 0, or all masked) give out 0 and lse -inf.  Returns out
     (batch, seqlen_q, heads, head_dim) in q's dtype, or (out, lse).  Forward only.
     """
     problem = _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, window_size,
-                               softcap, alibi_slopes, sm_scale, num_splits, k_descale, v_descale)
+                               softcap, alibi_slopes, sm_scale, num_splits, k_descale, v_descale, check_values)
     check_flag("return_log_normalizer", return_log_normalizer)
     if k_new is not None:
         _append(k_new, v_new, k_cache, v_cache, cache_seqlens, problem, padded_head_dim(problem.head_dim, q.dtype))

@@ -206,10 +206,9 @@ def check_max_seqlen(name: str, max_seqlen, offsets: list[int]) -> int:
 
 # ---- kv_cache_attention (kernels.kv_cache)
 
-def check_cache_seqlens(cache_seqlens, batch: int, capacity: int, appended: int, device: torch.device) -> list[int]:
-    """Each sequence's cache length before the append: an int32 (batch,) tensor on `device`,
-    each length >= 0 and, with `appended` new tokens after it, within the cache's `capacity`
-    (positions per sequence); returns them as Python ints (one copy to the host)."""
+def check_cache_seqlens(cache_seqlens, batch: int, device: torch.device) -> None:
+    """Each sequence's cache length before the append: an int32 (batch,) tensor on `device`
+    (its values: check_cache_values)."""
     if not isinstance(cache_seqlens, torch.Tensor):
         raise TypeError(f"cache_seqlens: expected a torch.Tensor, got {type(cache_seqlens).__name__}")
     if cache_seqlens.dtype != torch.int32:
@@ -219,7 +218,42 @@ def check_cache_seqlens(cache_seqlens, batch: int, capacity: int, appended: int,
                          f"got {tuple(cache_seqlens.shape)}")
     if cache_seqlens.device != device:
         raise ValueError(f"cache_seqlens: expected a tensor on {device} (q's device), got {cache_seqlens.device}")
-    lengths = cache_seqlens.tolist()
+
+
+def check_cache_values(cache_seqlens: torch.Tensor, appended: int, capacity: int, block_table: torch.Tensor | None,
+                       num_pages: int, page_size: int) -> None:
+    """The values of the device tensors: each length >= 0 and, with `appended` new tokens after
+    it, within the cache's `capacity` positions per sequence; with a block table, the entries
+    sequences reach (their first ceil(L_b / page_size)) in [0, num_pages), the others never read.
+
+    One read back to the host for all of it (a few reductions stacked): on a GPU that read waits
+    for the work queued before the call, which is why the operator lets a caller that builds its
+    own tables skip it (kv_cache_attention's check_values).  Only when something is wrong are the
+    values read again, to name the first offending sequence and entry."""
+    if cache_seqlens.numel() == 0:
+        return
+    lengths = cache_seqlens.to(torch.int64)
+    stats = [lengths.min(), lengths.max()]
+    if block_table is not None and block_table.shape[1] > 0:
+        stats.append(_outside_table(block_table, lengths + appended, num_pages, page_size).any())
+    shortest, longest, *table_outside = torch.stack([stat.to(torch.int64) for stat in stats]).tolist()
+    if shortest < 0 or longest + appended > capacity:
+        _name_bad_length(cache_seqlens.tolist(), appended, capacity)
+    if any(table_outside):
+        outside = _outside_table(block_table, lengths + appended, num_pages, page_size)
+        sequence, page = (int(i) for i in outside.nonzero()[0])
+        raise ValueError(f"block_table: expected the pages sequences reach in [0, {num_pages}) (the cache's pages), "
+                         f"got {int(block_table[sequence, page])} at [{sequence}, {page}]")
+
+
+def _outside_table(block_table: torch.Tensor, lengths: torch.Tensor, num_pages: int, page_size: int) -> torch.Tensor:
+    """(batch, max_pages) bool: entries a sequence of `lengths` keys reaches that are no page."""
+    pages = torch.arange(block_table.shape[1], device=block_table.device)
+    reached = pages[None, :] < ((lengths + page_size - 1) // page_size)[:, None]
+    return reached & ((block_table < 0) | (block_table >= num_pages))
+
+
+def _name_bad_length(lengths: list[int], appended: int, capacity: int) -> None:
     for index, length in enumerate(lengths):
         if length < 0:
             raise ValueError(f"cache_seqlens: expected lengths >= 0, got {length} (sequence {index})")
@@ -227,7 +261,6 @@ def check_cache_seqlens(cache_seqlens, batch: int, capacity: int, appended: int,
             new = f" plus the {appended} new tokens" if appended else ""
             raise ValueError(f"cache_seqlens: sequence {index} holds {length}{new}, more than the cache's "
                              f"{capacity} positions per sequence")
-    return lengths
 
 
 def check_block_table(block_table, batch: int, device: torch.device) -> None:
@@ -240,18 +273,6 @@ def check_block_table(block_table, batch: int, device: torch.device) -> None:
         raise ValueError(f"block_table: expected shape ({batch}, max_pages), got {tuple(block_table.shape)}")
     if block_table.device != device:
         raise ValueError(f"block_table: expected a tensor on {device} (q's device), got {block_table.device}")
-
-
-def check_block_table_entries(block_table: torch.Tensor, num_pages: int, pages_used: list[int]) -> None:
-    """The entries sequences reach (the first pages_used[b] of row b) are physical pages of
-    the cache, in [0, num_pages); the others are never read and may hold anything."""
-    pages = torch.arange(block_table.shape[1], device=block_table.device)
-    reached = pages[None, :] < torch.tensor(pages_used, device=block_table.device)[:, None]
-    outside = reached & ((block_table < 0) | (block_table >= num_pages))
-    if bool(outside.any()):
-        sequence, page = (int(i) for i in outside.nonzero()[0])
-        raise ValueError(f"block_table: expected the pages sequences reach in [0, {num_pages}) (the cache's pages), "
-                         f"got {int(block_table[sequence, page])} at [{sequence}, {page}]")
 
 
 def check_new_kv(k_new, v_new, shape: tuple, dtype: torch.dtype, device: torch.device) -> bool:

@@ -12,6 +12,7 @@
 #
 #   standard        the standard tier, then `diff` against the published H100 standard run: the
 #                   cases before KV-cache decoding must not change
+#   standard-kv     the standard tier's KV-cache cases alone (after a change to the decode kernels)
 #   long-kv         the full tier's KV-cache cases beyond standard (caches of 64k and 128k keys)
 #   nonempty        the standard tier's lens=nonempty cases alone (added after the first H100 run)
 #   flex-kv         the standard tier's KV-cache cases judged on FlexAttention (contiguous caches)
@@ -19,7 +20,8 @@
 #   flag-split-kv   ... on FlagAttention's flash_attention_split_kv (recipes/flag-attention/split_kv.toml)
 #   mutants-kv      the kill table of the kv_cache mutants, from the standard tier
 #   benchmark       the decoding benchmark (benchmarks/decode_benchmark.py), alone on the GPU, for at most
-#                   BENCH_BUDGET seconds (default 400); run it again on the same folder to go on
+#                   BENCH_BUDGET seconds (default 400); run it again on the same folder to go on;
+#                   BENCH_ARGS adds options (e.g. --dtypes bf16)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -50,6 +52,7 @@ for name in "$@"; do
               step diff-standard python -m conformance diff reports/h100-sm90/standard "$RUNS/$name" ;;
     long-kv) mapfile -t ids < <(long_kv_cases)
              packed_step "$name" python -m conformance run "${ids[@]}" --out "$RUNS/$name" ;;
+    standard-kv) packed_step "$name" python -m conformance run --tier standard "${KV[@]}" --out "$RUNS/$name" ;;
     nonempty) mapfile -t ids < <(nonempty_cases)
               packed_step "$name" python -m conformance run "${ids[@]}" --out "$RUNS/$name" ;;
     flex-kv) packed_step "$name" python -m conformance run --tier standard "${KV[@]}" \
@@ -64,7 +67,7 @@ for name in "$@"; do
     mutants-kv) mapfile -t names < <(python -m mutants --list | awk '/^kv_cache_/ {print "--mutant=" $1}')
                 packed_step "$name" python -m mutants --tier standard "${names[@]}" --max-kills 3 --out "$RUNS/$name" ;;
     benchmark) packed_step "$name" python benchmarks/decode_benchmark.py --flag-attention "$FLAG_ATTENTION" --budget "${BENCH_BUDGET:-400}" \
-                 --out "$RUNS/$name" ;;
+                 ${BENCH_ARGS:-} --out "$RUNS/$name" ;;
     *) echo "unknown step $name" | tee -a "$RUNS/steps.log" ;;
   esac
 done

@@ -316,6 +316,7 @@ ERRORS = [
     ("num_splits", _set(num_splits=2.0), TypeError),
     ("num_splits", _set(num_splits=True), TypeError),
     ("return_log_normalizer", _set(return_log_normalizer=1), TypeError),
+    ("check_values", _set(check_values=None), TypeError),
     ("k_descale", _set(k_descale=0.5), ValueError),  # an fp16 cache
 ]
 PAGED_ERRORS = [
@@ -349,6 +350,28 @@ def test_valid_arguments_run_and_unreached_table_entries_are_never_read():
         args = valid_arguments(paged)  # the paged table's -1 lies past sequence 0's 3 keys
         out = kernels.kv_cache_attention(**args, softcap=0.0, window_size=[-1, -1])
         assert out.shape == args["q"].shape and torch.isfinite(out).all()
+
+
+def test_unchecked_values_give_the_checked_call_s_results_and_read_nothing_back():
+    """check_values=False runs the same launches (the split count comes from the cache's
+    capacity either way) without reading cache_seqlens or block_table on the host."""
+    for paged in (False, True):
+        args = valid_arguments(paged)
+        gen = torch.Generator().manual_seed(2)
+        args.update(k_new=draw((2, 4, 2, 16), gen, FP16), v_new=draw((2, 4, 2, 16), gen, FP16))
+        checked_cache, unchecked_cache = (args["k_cache"].clone() for _ in range(2))
+        checked = kernels.kv_cache_attention(**{**args, "k_cache": checked_cache}, return_log_normalizer=True)
+        read_back = []
+        original = torch.Tensor.tolist
+        try:
+            torch.Tensor.tolist = lambda self: read_back.append(self) or original(self)
+            unchecked = kernels.kv_cache_attention(**{**args, "k_cache": unchecked_cache}, return_log_normalizer=True,
+                                                   check_values=False)
+        finally:
+            torch.Tensor.tolist = original
+        assert not read_back
+        assert all(torch.equal(bits(a), bits(b)) for a, b in zip(checked, unchecked))
+        assert torch.equal(bits(checked_cache), bits(unchecked_cache))
 
 
 def test_an_error_after_the_new_tokens_leaves_the_cache_untouched():
