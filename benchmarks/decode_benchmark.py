@@ -256,6 +256,17 @@ def _last_words(stderr: str) -> str:
     return (errors or lines or ["no output"])[0 if errors else -1][:300]
 
 
+def _record_command(out: pathlib.Path) -> None:
+    """env.json's command: this supervising command, not the last child's (which wrote it)."""
+    from conformance.running.environment import command_line
+    from conformance.running.results import write_env
+
+    if (out / "env.json").exists():
+        env = read_env(out)
+        env["command"] = command_line()
+        write_env(out, env)
+
+
 def supervise(args, out: pathlib.Path, cell_list, names: list[str]) -> None:
     """Run the grid in child processes, so that a crash is recorded and the grid goes on.
 
@@ -310,6 +321,7 @@ def main(argv=None) -> int:
     cell_list = decode.cells(**grid)
     if not args.worker:
         supervise(args, out, cell_list, args.impls.split(","))
+        _record_command(out)
         print("\n".join(str(path) for path in write_report(out)))
         return 0
     if args.flag_attention:

@@ -120,3 +120,10 @@ def test_a_crash_is_recorded_against_the_implementation_that_crashes_and_the_gri
         (16384, "bundled", False), (16384, "flex", False)]
     assert "illegal memory access" in lines[3]["error"]
     assert calls[1:3] == [(cell_list[1].label, ("bundled",)), (cell_list[1].label, ("flex",))]
+
+
+def test_env_json_names_the_supervising_command_not_its_child_s(tmp_path, monkeypatch):
+    (tmp_path / "env.json").write_text(json.dumps({"command": "decode_benchmark.py --worker --budget -18"}))
+    monkeypatch.setattr("sys.argv", ["benchmarks/decode_benchmark.py", "--budget", "270"])
+    decode_benchmark._record_command(tmp_path)
+    assert json.loads((tmp_path / "env.json").read_text())["command"].endswith("decode_benchmark.py --budget 270")
