@@ -23,31 +23,24 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
-from conformance.bundled.kernels.targets import FP8, HIGH_PRECISION
-from conformance.bundled.kernels.tuning_space import CONFIG_PATTERN
+from conformance.cases import validity
 from conformance.cases.variants import LENGTH_PATTERNS
-
-OPS = ("flash_attention", "piecewise_attention", "flash_attention_varlen", "kv_cache_attention")
-# The operators of FlashAttention-2's attention variants (window, softcap, ALiBi): flash_attention,
-# its variable-length (packed) form, whose case's `batch` counts sequences, and KV-cache decoding.
-FLASH_OPS = ("flash_attention", "flash_attention_varlen", "kv_cache_attention")
-VARLEN_OP = "flash_attention_varlen"
-# KV-cache decoding (FlashAttention-2's flash_attn_with_kvcache): Sq new query tokens of each of
-# `batch` sequences against that sequence's cache of at most Sk keys (conformance.cases.kv_cache).
-KV_CACHE_OP = "kv_cache_attention"
-# The length patterns of a KV-cache case's cache lengths (conformance.cases.variants).
-KV_CACHE_LENGTHS = ("equal", "mixed", "nonempty")
-# The block-table orders of a paged cache (conformance.judging.kv_cache): pages in a seeded
-# shuffle, or a prefix of pages shared by several sequences (a common prompt).
-BLOCK_TABLES = ("shuffled", "shared")
-DIRECTIONS = ("fwd", "bwd")
-DTYPES = HIGH_PRECISION + FP8
-# 8-bit inputs: forward only (no backward kernel), output in fp16.
-FP8_DTYPES = FP8
-# Memory layouts of the inputs, all viewed as (batch, heads, seqlen, head_dim):
-# bhsd contiguous; bshd = (batch, seqlen, heads, head_dim) memory; packed = the
-# tensors of one sequence length are head-slices of one (batch, seqlen, heads, head_dim) buffer.
-LAYOUTS = ("bhsd", "bshd", "packed")
+from conformance.cases.vocabulary import (  # noqa: F401 -- the catalog's words, re-exported
+    BAD_INPUTS,
+    BLOCK_TABLES,
+    CONFIG_VALUE_PATTERN,
+    DIRECTIONS,
+    DTYPES,
+    FLASH_OPS,
+    FP8_DTYPES,
+    KERNELS_LAUNCHED,
+    KV_CACHE_LENGTHS,
+    KV_CACHE_OP,
+    LAYOUTS,
+    OPS,
+    VALUES_PATTERN,
+    VARLEN_OP,
+)
 
 
 @dataclass(frozen=True)
@@ -84,8 +77,8 @@ FEATURES = (
     Feature("layout", "bhsd", r"(bshd|packed)", str),
     Feature("dist", None, r"dist(\d+)", int),
     Feature("bad_input", None, r"(nan|inf)", str),
-    Feature("values", None, r"([a-z]+:[0-9][0-9.e+]*)", str),
-    Feature("config", None, rf"cfg=([a-z_]+:{CONFIG_PATTERN})", str),
+    Feature("values", None, rf"({VALUES_PATTERN})", str),
+    Feature("config", None, rf"cfg=({CONFIG_VALUE_PATTERN})", str),
     # FlashAttention-2's variants: window (left, right) as win<left>_<right> (-1 = unbounded),
     # softcap<c>, ALiBi slopes of shape (H,) or (B, H), and a varlen case's length pattern.
     Feature("window", None, r"win(-?\d+_-?\d+)", lambda text: tuple(int(x) for x in text.split("_")),
@@ -104,23 +97,6 @@ FEATURES = (
     # an 8-bit KV cache (per-tensor descales), read by queries of the case's dtype
     Feature("cache_dtype", None, r"cache=(fp8e4m3|fp8e5m2)", str),
 )
-_VALUES, _CONFIG = (next(f for f in FEATURES if f.field == name) for name in ("values", "config"))
-# The bundled kernels a case's call launches (the launch-table names, kernels.tuning):
-# the kernels whose launch configuration a case's `config` may set.
-KERNELS_LAUNCHED = {
-    ("flash_attention", "fwd"): ("fwd", "total"),
-    ("flash_attention", "bwd"): ("bwd_preprocess", "bwd_dkdv", "bwd_dq"),
-    ("piecewise_attention", "fwd"): ("piecewise_fwd",),
-    ("piecewise_attention", "bwd"): ("bwd_preprocess", "piecewise_bwd_dkdv", "piecewise_bwd_dq"),
-    # Not known yet: the varlen kernels' launch-table names come with them (kernels.tuning),
-    # and until they are listed here no `cfg=` token is valid for the varlen operator.
-    ("flash_attention_varlen", "fwd"): (),
-    ("flash_attention_varlen", "bwd"): (),
-    ("kv_cache_attention", "fwd"): ("decode_split", "decode_merge"),
-    ("kv_cache_attention", "bwd"): (),
-}
-# Values `bad_input` can plant in the first query tensor (see conformance.cases.inputs).
-BAD_INPUTS = ("nan", "inf")
 
 EXAMPLE_ID = "flash_attention.bwd[bf16,d128,causal,B2,H8,Hkv2,Sq509,Sk1024,seed0]"
 
@@ -196,7 +172,7 @@ class Case:
     def __post_init__(self):
         if isinstance(self.window, list):  # a results line's JSON list
             object.__setattr__(self, "window", tuple(self.window))
-        problem = _validation_problem(self)
+        problem = validity.problem(self)
         if problem:
             raise ValueError(f"invalid case: {problem}")
 
@@ -249,114 +225,6 @@ class Case:
         if reason is None and self.cache_dtype is not None:
             reason = profile.dtype_unsupported_reason(self.cache_dtype)
         return reason
-
-
-def _validation_problem(case: Case) -> str | None:
-    if case.op not in OPS:
-        return f"unknown op {case.op!r} (known: {', '.join(OPS)})"
-    if case.direction not in DIRECTIONS:
-        return f"direction must be one of {', '.join(DIRECTIONS)}, got {case.direction!r}"
-    if case.dtype not in DTYPES:
-        return f"dtype must be one of {', '.join(DTYPES)}, got {case.dtype!r}"
-    sizes = ("head_dim", "batch", "heads", "kv_heads", "seq_q", "seq_k")
-    for name in sizes:
-        value = getattr(case, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            return f"{name} must be a positive int, got {value!r}"
-    if not isinstance(case.seed, int) or case.seed < 0:
-        return f"seed must be a non-negative int, got {case.seed!r}"
-    if case.heads % case.kv_heads:
-        return f"kv_heads ({case.kv_heads}) must divide heads ({case.heads})"
-    if (case.lse or case.total) and case.direction != "fwd":
-        return "lse and total (extra forward outputs) are forward-only features"
-    if not isinstance(case.dropout, float) or not 0.0 <= case.dropout < 1.0:
-        return f"dropout must be a float in [0, 1), got {case.dropout!r}"
-    if case.layout not in LAYOUTS:
-        return f"layout must be one of {', '.join(LAYOUTS)}, got {case.layout!r}"
-    if (case.op == "piecewise_attention") != (case.dist is not None):
-        return "dist (distance threshold) is required by piecewise_attention and only by it"
-    if case.dist is not None and (not isinstance(case.dist, int) or case.dist < 0):
-        return f"dist must be a non-negative int, got {case.dist!r}"
-    if case.bad_input not in (None, *BAD_INPUTS):
-        return f"bad_input must be one of {', '.join(BAD_INPUTS)} or None, got {case.bad_input!r}"
-    if case.values is not None and not re.fullmatch(_VALUES.pattern, str(case.values)):
-        return f"values must be a distribution spec such as negative:1000, got {case.values!r}"
-    if case.config is not None:
-        problem = _config_problem(case)
-        if problem:
-            return problem
-    if case.dtype in FP8_DTYPES and (case.direction != "fwd" or case.op != "flash_attention"):
-        return "fp8 dtypes are for flash_attention's forward only"
-    if case.op == "piecewise_attention" and (case.lse or case.total or case.dropout):
-        return "piecewise_attention has no lse, total or dropout"
-    return _variant_problem(case)
-
-
-def _variant_problem(case: Case) -> str | None:
-    """What is wrong with a case's FlashAttention-2 variant fields (window, softcap, alibi, lens)."""
-    window = case.window
-    if window is not None and not (isinstance(window, tuple) and len(window) == 2
-                                   and all(isinstance(x, int) and not isinstance(x, bool) and x >= -1
-                                           for x in window)):
-        return f"window must be (left, right) with ints >= -1 (-1: unbounded), got {window!r}"
-    if window == (-1, -1):
-        return "window (-1, -1) is no window: leave window None"
-    if not isinstance(case.softcap, float) or not (case.softcap >= 0.0 and case.softcap < float("inf")):
-        return f"softcap must be a finite float >= 0 (0: none), got {case.softcap!r}"
-    if case.alibi not in (None, "h", "bh"):
-        return f"alibi must be 'h' (slopes (H,)), 'bh' (slopes (B, H)) or None, got {case.alibi!r}"
-    if case.op not in FLASH_OPS and (window is not None or case.softcap or case.alibi is not None):
-        return f"window, softcap and alibi are {' and '.join(FLASH_OPS)}'s variants, not {case.op}'s"
-    if (case.op in (VARLEN_OP, KV_CACHE_OP)) != (case.lens is not None):
-        return f"lens (the length pattern) is required by {VARLEN_OP} and {KV_CACHE_OP} and only by them"
-    if case.lens is not None and case.lens not in LENGTH_PATTERNS:
-        return f"lens must be one of {', '.join(LENGTH_PATTERNS)}, got {case.lens!r}"
-    if case.lens == "nonempty" and case.op != KV_CACHE_OP:
-        return f"lens=nonempty is a pattern of {KV_CACHE_OP}'s cache lengths"
-    if case.lens == "paired" and case.seq_q != case.seq_k:
-        return "lens=paired (len_q = len_k per sequence) needs Sq == Sk"
-    if case.op == VARLEN_OP and (case.total or case.layout != "bhsd" or case.bad_input is not None):
-        return (f"{VARLEN_OP} has no total attention, takes packed (total, H, D) inputs (no layout) "
-                "and plants no NaN/Inf input (it could land in padding)")
-    return _kv_cache_problem(case)
-
-
-def _kv_cache_problem(case: Case) -> str | None:
-    """What is wrong with a case's KV-cache fields (page, splits, table, append)."""
-    kv_fields = (case.page is not None or case.splits or case.table is not None or case.append
-                 or case.cache_dtype is not None)
-    if case.op != KV_CACHE_OP:
-        return f"page, splits, table, append and cache_dtype are {KV_CACHE_OP}'s, not {case.op}'s" if kv_fields else None
-    if case.cache_dtype not in (None, *FP8_DTYPES):
-        return f"cache_dtype must be one of {', '.join(FP8_DTYPES)} or None, got {case.cache_dtype!r}"
-    if case.direction != "fwd" or case.dtype in FP8_DTYPES:
-        return f"{KV_CACHE_OP} is forward only, with fp16, bf16 or fp32 queries and caches"
-    if case.lens not in KV_CACHE_LENGTHS:
-        return f"{KV_CACHE_OP} needs lens (its cache lengths) of {', '.join(KV_CACHE_LENGTHS)}, got {case.lens!r}"
-    if case.total or case.dropout or case.layout != "bhsd" or case.bad_input is not None:
-        return f"{KV_CACHE_OP} has no total attention, dropout, layout or NaN/Inf inputs"
-    if case.page is not None and (not isinstance(case.page, int) or case.page < 1):
-        return f"page (the page size) must be a positive int, got {case.page!r}"
-    if not isinstance(case.splits, int) or isinstance(case.splits, bool) or not 0 <= case.splits <= 64:
-        return f"splits must be an int in [0, 64] (0: the kernel's heuristic), got {case.splits!r}"
-    if case.table not in (None, *BLOCK_TABLES):
-        return f"table must be one of {', '.join(BLOCK_TABLES)} or None, got {case.table!r}"
-    if case.table is not None and case.page is None:
-        return "table (the block table's order) needs a paged cache (page)"
-    if case.append and case.seq_k < case.seq_q:
-        return "append writes Sq new tokens into a cache of at most Sk: it needs Sk >= Sq"
-    return None
-
-
-def _config_problem(case: Case) -> str | None:
-    if not re.fullmatch(_CONFIG.pattern[len("cfg="):], str(case.config)):
-        return f"config must be kernel:configuration such as bwd_dq:m128n64s3w8, got {case.config!r}"
-    kernel = case.config.partition(":")[0]
-    launched = KERNELS_LAUNCHED[(case.op, case.direction)]
-    if kernel not in launched or (kernel == "total" and not case.total):
-        return (f"config names kernel {kernel!r}, which {case.op}.{case.direction} does not launch "
-                f"(it launches {', '.join(launched)}; total only with total)")
-    return None
 
 
 _ID = re.compile(r"(?P<op>\w+)\.(?P<direction>\w+)\[(?P<body>[^\[\]]*)\]")

@@ -12,14 +12,11 @@ some empty; GQA ratios 1 to 16 and MQA; new tokens appended to the cache; 8-bit 
 from __future__ import annotations
 
 from conformance.cases.catalog import KV_CACHE_OP, Grid
+from conformance.cases.tier_values import CAUSAL_BOTH, DOMINANT, HALF_DTYPES, NEGATIVE, SOFTCAP
 
 KV = (KV_CACHE_OP,)
-HALF_DTYPES = ("fp16", "bf16")
-CAUSAL_BOTH = (False, True)
 PAGE_SIZES = (None, 1, 16, 64, 128, 256)  # None: a contiguous cache
 SPLITS = (1, 2, 3, 4, 8, 16)
-SOFTCAP = 30.0
-NEGATIVE, DOMINANT = "negative:1000", "logits:64"
 
 # A decode batch: 8 sequences, 32 query heads over 8 kv heads, contexts up to 4k.
 DECODE = (8, 32, 8)

@@ -15,13 +15,8 @@ from __future__ import annotations
 
 from conformance.cases import kv_cache_tiers, sweep
 from conformance.cases.catalog import BAD_INPUTS, FP8_DTYPES, VARLEN_OP as VARLEN, Case, Grid, expand_tier
+from conformance.cases.tier_values import BOTH_DIRECTIONS, CAUSAL_BOTH, DOMINANT, HALF_DTYPES, NEGATIVE, SOFTCAP
 
-BOTH_DIRECTIONS = ("fwd", "bwd")
-HALF_DTYPES = ("fp16", "bf16")
-CAUSAL_BOTH = (False, True)
-# Input distributions of the cases that stress one numerical edge (conformance.cases.distributions).
-NEGATIVE = "negative:1000"
-DOMINANT = "logits:64"  # logits of std 64: the top key of a row outweighs the rest
 
 # Smoke: Triton's CPU interpreter on a 2-core CI machine. Tiny shapes; 128 = two
 # 64-wide interpreter blocks each way, so causal diagonals cross block borders.
@@ -192,7 +187,6 @@ LONG: tuple[Grid, ...] = (
 # operator (conformance.cases.variants). Windows: (128, 0) a causal-style local window,
 # (-1, 64) unbounded left with 64 keys of look-ahead, (256, 256) symmetric, (0, 0) one key per
 # row (the gradients cancel exactly), (32, 0) on Sq > Sk (noncausal rows that see no key).
-SOFTCAP = 30.0  # Gemma-2's attention softcap
 
 # Smoke: one case per variant and per interaction that could break alone, interpreter-sized.
 SMOKE_VARIANTS: tuple[Grid, ...] = (
