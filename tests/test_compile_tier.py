@@ -57,10 +57,13 @@ def test_the_full_plan_covers_every_dtype_power_of_two_head_dim_and_variant():
     chunks = plan.chunks(profile, "full")
     assert len(chunks) == 5 * 5  # fp16 bf16 fp32 fp8e4m3 fp8e5m2 x d16 32 64 128 256
     fp16 = [call for chunk in chunks for call in chunk if call.dtype == "fp16" and call.head_dim == 64]
-    assert {(c.op, c.causal, c.dropout) for c in fp16} == {
-        *((plan.FLASH, causal, dropout) for causal in (False, True) for dropout in (False, True)),
-        (plan.PIECEWISE, False, False), (plan.PIECEWISE, True, False),
-        (plan.KV_CACHE, False, False), (plan.KV_CACHE, True, False)}
+    assert {(c.op, c.causal, c.dropout, c.variant) for c in fp16} == {
+        *((plan.FLASH, causal, dropout, None) for causal in (False, True) for dropout in (False, True)),
+        (plan.PIECEWISE, False, False, None), (plan.PIECEWISE, True, False, None),
+        (plan.KV_CACHE, False, False, None), (plan.KV_CACHE, True, False, None),
+        # the attention variants, each alone and all at once, dense and packed (issue 33)
+        *((plan.FLASH, True, False, variant) for variant in ("window", "softcap", "alibi", plan.ALL_VARIANTS)),
+        (plan.VARLEN, True, False, None), (plan.VARLEN, True, False, plan.ALL_VARIANTS)}
     fp8 = [call for chunk in chunks for call in chunk if call.dtype == "fp8e4m3"]
     assert fp8 and all(call.op in (plan.FLASH, plan.KV_CACHE) and not call.backward for call in fp8)
     assert {call.op for call in fp8} == {plan.FLASH, plan.KV_CACHE}  # flash's fp8 forward, an fp8 cache
@@ -70,15 +73,22 @@ def test_the_quick_plan_takes_each_table_row_once_with_the_most_code():
     calls = [call for chunk in plan.chunks(hip_profile("gfx942"), "quick") for call in chunk]
     assert {call.head_dim for call in calls} == {64, 128, 256}
     assert {call.dtype for call in calls} == {"fp16", "fp32"}
-    assert all(call.causal and (call.dropout or call.op in (plan.PIECEWISE, plan.KV_CACHE)) for call in calls)
-    assert {call.op for call in calls} == {plan.FLASH, plan.PIECEWISE, plan.KV_CACHE}
+    assert all(call.causal and (call.dropout or call.op in (plan.PIECEWISE, plan.KV_CACHE) or call.variant
+                                or call.op == plan.VARLEN) for call in calls)
+    assert {call.op for call in calls} == {plan.FLASH, plan.PIECEWISE, plan.KV_CACHE, plan.VARLEN}
+    # the attention variants once per target: all at once, at the largest head dim, in fp16
+    variants = [call for call in calls if call.variant or call.op == plan.VARLEN]
+    assert {(call.op, call.variant, call.dtype, call.head_dim) for call in variants} == {
+        (plan.FLASH, plan.ALL_VARIANTS, "fp16", 256), (plan.VARLEN, None, "fp16", 256),
+        (plan.VARLEN, plan.ALL_VARIANTS, "fp16", 256)}
     with pytest.raises(ValueError, match="--scope"):
         plan.chunks(hip_profile("gfx942"), "most")
 
 
 def test_ids_and_configs_come_from_the_launch_keywords():
     config = launch_config(dict(CAUSAL=True, BLOCK_D=128, INTERPRETED=False, DROPOUT=False, BLOCK_M=64,
-                                BLOCK_N=32, num_warps=4, num_stages=1, waves_per_eu=2, first_batch_head=0))
+                                BLOCK_N=32, num_warps=4, num_stages=1, waves_per_eu=2, first_batch_head=0,
+                                CU_SEQLENS_Q=object(), total_q=40))  # a packed batch's run-time keywords
     assert list(config) == ["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "waves_per_eu", "CAUSAL", "DROPOUT"]
     assert compile_id("fwd", "hip:gfx942", "fp16", 128, config) == "compile.fwd[hip:gfx942,fp16,d128,causal]"
 

@@ -4,8 +4,9 @@ launches cover every launch configuration the target's profile would use.
 The kernels are not compiled from a second, hand-written description of their
 arguments: the worker calls the real operators (flash_attention forward, backward
 and total attention; piecewise_attention forward and backward; kv_cache_attention's
-append, split and merge) and compiles what they launch.  This module only chooses the calls: per dtype, per head dim, per
-causal/dropout variant.
+append, split and merge; flash_attention and flash_attention_varlen with FlashAttention-2's
+variants) and compiles what they launch.  This module only chooses the calls: per dtype, per
+head dim, per causal/dropout variant, per attention variant.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ from conformance.bundled.kernels.tuning_space import config_text, space
 from conformance.bundled.kernels.validation import DTYPE_NAMES
 
 FLASH, PIECEWISE, KV_CACHE = "flash_attention", "piecewise_attention", "kv_cache_attention"
+VARLEN = "flash_attention_varlen"
+# FlashAttention-2's variants (kernels.scores, kernels.bands, kernels.sequences): each turns on
+# constexpr code of its own in the forward and both backward kernels. full: each alone, and all
+# three at once; quick: all three at once (the most code), on the dense and the packed batch.
+ATTENTION_VARIANTS = ("window", "softcap", "alibi")
+ALL_VARIANTS = "window+softcap+alibi"
 # full: every dtype x power-of-two head dim x variant of the profile.
 # quick (CI): each launch-table row's largest head dim, one dtype per table family
 # (fp16 for the general tables -- bf16 launches the same tiles -- fp32 for the fp32
@@ -46,6 +53,7 @@ class Call:
     dropout: bool = False
     backward: bool = True
     config: str | None = None  # kernel:configuration the call's kernel is launched with (sweep)
+    variant: str | None = None  # attention variants joined by "+" (ATTENTION_VARIANTS), None: plain
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -92,7 +100,17 @@ def calls(profile: BackendProfile, dtype: str, head_dim: int, scope: str) -> lis
                 for causal, dropout in _variants(scope, with_dropout=True)] + kv_cache
     flash = [Call(FLASH, dtype, head_dim, causal, dropout) for causal, dropout in _variants(scope, True)]
     piecewise = [Call(PIECEWISE, dtype, head_dim, causal) for causal, _ in _variants(scope, False)]
-    return flash + piecewise + kv_cache
+    return flash + piecewise + kv_cache + (variant_calls(dtype, head_dim, scope) if scope == "full" else [])
+
+
+def variant_calls(dtype: str, head_dim: int, scope: str) -> list[Call]:
+    """flash_attention with each attention variant (full) or all at once, and the packed batch
+    of flash_attention_varlen plain and with all of them; causal, forward and backward. The
+    quick scope compiles them once per target (`chunks`): at its largest head dim, where the
+    variants' extra code weighs most on registers, in its first 16-bit dtype."""
+    dense = [*ATTENTION_VARIANTS, ALL_VARIANTS] if scope == "full" else [ALL_VARIANTS]
+    return ([Call(FLASH, dtype, head_dim, True, variant=variant) for variant in dense]
+            + [Call(VARLEN, dtype, head_dim, True, variant=variant) for variant in (None, ALL_VARIANTS)])
 
 
 def sweep_calls(profile: BackendProfile) -> list[Call]:
@@ -119,5 +137,7 @@ def chunks(profile: BackendProfile, scope: str) -> list[list[Call]]:
         return [calls_[start:start + _SWEEP_CHUNK] for start in range(0, len(calls_), _SWEEP_CHUNK)]
     dims = head_dims(profile, scope)
     if scope == "quick":
-        return [[call for dim in dims for call in calls(profile, dtype, dim, scope)] for dtype in dtypes(profile, scope)]
+        plan = [[call for dim in dims for call in calls(profile, dtype, dim, scope)] for dtype in dtypes(profile, scope)]
+        sixteen_bit = [dtype for dtype in dtypes(profile, scope) if _OPERAND_BITS[dtype] == 16]
+        return plan + ([variant_calls(sixteen_bit[0], max(dims), scope)] if sixteen_bit and dims else [])
     return [calls(profile, dtype, dim, scope) for dtype in dtypes(profile, scope) for dim in dims]

@@ -44,8 +44,10 @@ KERNEL_NAMES = {
     "decode_merge_kernel": "decode_merge",
 }
 # Launch keywords that are not part of a configuration: the head-dim tile is the
-# `head_dim` field, STAGES repeats num_stages, the rest are the same for every GPU launch.
-_NOT_CONFIG = ("BLOCK_D", "INTERPRETED", "STAGES", "first_batch_head")
+# `head_dim` field, STAGES repeats num_stages, first_batch_head and INTERPRETED are the same
+# for every GPU launch, and a packed batch's delta pre-pass takes its run-time arguments
+# CU_SEQLENS_Q and total_q by keyword.
+_NOT_CONFIG = ("BLOCK_D", "INTERPRETED", "STAGES", "first_batch_head", "CU_SEQLENS_Q", "total_q")
 
 
 def emit(event: dict) -> None:
@@ -140,7 +142,9 @@ def run_call(call: dict) -> None:
     if call["op"] == "kv_cache_attention":
         _kv_cache_call(call, torch_dtype)
         return
-    if call["op"] == "flash_attention":
+    if call.get("variant") or call["op"] == "flash_attention_varlen":
+        out = _variant_call(call, torch_dtype)
+    elif call["op"] == "flash_attention":
         q, k, v = _tensors("qkk", call, torch_dtype)
         out, _total = kernels.flash_attention(q, k, v, causal=call["causal"], return_total_attention=True,
                                               dropout_p=0.25 if call["dropout"] else 0.0, dropout_seed=1)
@@ -149,6 +153,33 @@ def run_call(call: dict) -> None:
         out = kernels.piecewise_attention(q1, k1, q2, k2, v, 16, causal=call["causal"])
     if call["backward"]:
         out.backward(torch.ones_like(out))
+
+
+def _variant_options(variant: str | None) -> dict:
+    """The operator's keyword arguments for variants such as "window+softcap+alibi" (two heads)."""
+    import torch
+
+    chosen = set(variant.split("+")) if variant else set()
+    return {**({"window_size": (16, 0)} if "window" in chosen else {}),
+            **({"softcap": 30.0} if "softcap" in chosen else {}),
+            **({"alibi_slopes": torch.tensor([0.5, 0.25])} if "alibi" in chosen else {})}
+
+
+def _variant_call(call: dict, torch_dtype):
+    """flash_attention (dense) or flash_attention_varlen (two sequences of 40 and 24 tokens
+    packed) with the call's attention variants."""
+    import torch
+
+    from conformance.bundled import kernels
+
+    options = _variant_options(call.get("variant"))
+    if call["op"] == "flash_attention":
+        q, k, v = _tensors("qkk", call, torch_dtype)
+        return kernels.flash_attention(q, k, v, causal=call["causal"], **options)
+    q, k, v = (t[0].transpose(0, 1) for t in _tensors("qkk", call, torch_dtype))  # (64 tokens, heads, D)
+    q, k, v = (t.detach().contiguous().requires_grad_(call["backward"]) for t in (q, k, v))
+    cu_seqlens = torch.tensor([0, 40, 64], dtype=torch.int32)
+    return kernels.flash_attention_varlen(q, k, v, cu_seqlens, cu_seqlens, 40, 40, causal=call["causal"], **options)
 
 
 def _kv_cache_call(call: dict, cache_dtype) -> None:
