@@ -51,6 +51,14 @@ def test_rows_that_see_no_key_pass(case):
 
 
 @strategies.profile_settings()
+@given(strategies.variant_cases(head_dims=SIZES["head_dims"], max_seq=SIZES["max_seq"], max_batch=SIZES["max_batch"],
+                                max_heads=SIZES["max_heads"]))
+def test_the_bundled_kernels_pass_on_any_variant(case):
+    """Any window, softcap and ALiBi slopes, on dense and packed batches, both directions."""
+    assert_rule_holds(judged(case))
+
+
+@strategies.profile_settings()
 @given(strategies.kv_cache_cases(head_dims=SIZES["head_dims"], max_seq=SIZES["max_seq"],
                                  max_batch=SIZES["max_batch"] + 1, max_heads=SIZES["max_heads"]))
 def test_the_bundled_kv_cache_kernel_passes_on_any_cache(case):

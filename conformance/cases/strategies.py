@@ -9,6 +9,9 @@
 * `cases` -- valid `catalog.Case` objects: op, direction, dtype, head dim from the
   kernels' supported set, causal, lse/total, dropout p, layout, piecewise distance
 * `masked_row_cases` -- causal with Sq > Sk: the first Sq - Sk query rows see no key
+* `variant_cases` -- FlashAttention-2's variants: windows (either side unbounded or not),
+  softcaps, ALiBi slopes per head or per (sequence, head), on dense and packed batches
+  (flash_attention_varlen with equal, paired or mixed lengths)
 * `kv_cache_cases` -- kv_cache_attention cases: contiguous or paged caches (page sizes 1 to
   64, shuffled or shared tables), forced or heuristic splits, appended tokens, cache lengths
 * `distributions` -- `conformance.cases.distributions.Distribution` or None (plain N(0, 1)):
@@ -106,6 +109,36 @@ def masked_row_cases(draw, **limits) -> Case:
     if case.seq_q <= case.seq_k:
         case = Case(**{**case.fields(), "seq_q": case.seq_k + 1, "seq_k": case.seq_q})
     return case
+
+
+SOFTCAPS = (5.0, 20.0, 30.0)
+
+
+@st.composite
+def windows(draw, max_seq: int):
+    """None, or (left, right) with -1 (unbounded) or 0 .. max_seq on each side, not both -1."""
+    side = st.one_of(st.just(-1), st.integers(0, max_seq))
+    window = draw(st.one_of(st.none(), st.tuples(side, side)))
+    return None if window == (-1, -1) else window
+
+
+@st.composite
+def variant_cases(draw, directions=("fwd", "bwd"), dtypes=DTYPES, head_dims=HEAD_DIMS, max_seq: int = 128,
+                  max_batch: int = 2, max_heads: int = 4) -> Case:
+    """flash_attention or flash_attention_varlen with a window, a softcap and ALiBi slopes, each
+    drawn on or off (a packed batch of up to 4 * max_batch sequences, lengths from the case)."""
+    varlen = draw(st.booleans())
+    case = draw(cases(ops=("flash_attention",), directions=directions, dtypes=dtypes, head_dims=head_dims,
+                      max_seq=max_seq, max_batch=max_batch * (4 if varlen else 1), max_heads=max_heads,
+                      extras=False))
+    fields = dict(case.fields(), window=draw(windows(max(case.seq_q, case.seq_k))),
+                  softcap=draw(st.sampled_from((0.0, *SOFTCAPS))), alibi=draw(st.sampled_from((None, "h", "bh"))))
+    if case.direction == "fwd":
+        fields["lse"] = draw(st.booleans())
+    if varlen:
+        patterns = ("equal", "mixed", *(("paired",) if case.seq_q == case.seq_k else ()))
+        fields.update(op="flash_attention_varlen", lens=draw(st.sampled_from(patterns)))
+    return Case(**fields)
 
 
 KV_PAGE_SIZES = (None, 1, 2, 3, 16, 64)
