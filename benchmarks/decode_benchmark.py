@@ -31,7 +31,8 @@ from conformance.running.results import read_env, read_json_lines  # noqa: E402
 
 EXIT_NO_GPU = EXIT_USAGE = flash_benchmark.EXIT_NO_GPU
 BENCHMARK_FILE, MARKDOWN_FILE, PLOT_FILE = "benchmark.jsonl", "benchmark.md", "benchmark.svg"
-COLORS = {"bundled": "#d62728", "bundled_unchecked": "#8c564b", "flag_paged": "#2ca02c", "flag_split_kv": "#9467bd", "flex": "#ff7f0e"}
+COLORS = {"bundled": "#d62728", "bundled_unchecked": "#8c564b", "flag_paged": "#2ca02c", "flag_split_kv": "#9467bd",
+          "flex": "#ff7f0e"}
 BATCH_DASHES = {"B1": "2 3", "B8": "", "B32": "6 4", "B128": "10 3 2 3"}
 
 
@@ -114,10 +115,10 @@ def panel_table(lines: list[dict], copy: float | None) -> tuple[list[str], list[
 def goals(lines: list[dict], copy: float | None) -> list[str]:
     """Issue 34's goals, cell by cell, for each bundled variant measured: >= 80 % of the copy
     bandwidth past 256 MB read, and >= 1.0x each peer measured on the same cell."""
-    from conformance.bundled.benchmarks.decode import COPY_SHARE_GOAL, LARGE_READ_BYTES, comparison_key
+    from conformance.bundled.benchmarks.decode import BUNDLED, COPY_SHARE_GOAL, LARGE_READ_BYTES, PEERS, comparison_key
 
     text = []
-    for variant in ("bundled", "bundled_unchecked"):
+    for variant in BUNDLED:
         ours_lines = [l for l in lines if l["impl"] == variant and "bandwidth" in l]
         if not ours_lines:
             continue
@@ -125,7 +126,7 @@ def goals(lines: list[dict], copy: float | None) -> list[str]:
         met = [l for l in large if copy and l["bandwidth"] >= COPY_SHARE_GOAL * copy]
         text.append(f"- {variant} >= {COPY_SHARE_GOAL:.0%} of the copy bandwidth where the cache read exceeds 256 MB: "
                     f"{len(met)} of {len(large)} cells" + ("" if copy else " (no copy bandwidth recorded)"))
-        for peer in ("flag_paged", "flag_split_kv", "flex"):
+        for peer in PEERS:
             theirs_by_key = {comparison_key(l): l for l in lines if l["impl"] == peer and "bandwidth" in l}
             pairs = [(ours, theirs_by_key[key]) for ours in ours_lines
                      for key in [comparison_key({**ours, "impl": peer})] if key in theirs_by_key]
@@ -145,7 +146,7 @@ def markdown(env: dict, lines: list[dict]) -> str:
     parts = ["# KV-cache decoding benchmark", "",
              f"Device: {env.get('device', '?')}; torch {env.get('torch', '?')}, triton {env.get('triton', '?')}; "
              f"harness {env.get('harness', {}).get('revision', '?') if isinstance(env.get('harness'), dict) else env.get('harness', '?')}.",
-             "", f"Copy bandwidth (device-to-device, read + written): "
+             "", "Copy bandwidth (device-to-device, read + written): "
              + (", ".join(f"{r / 1e9:.0f} GB/s" for r in readings) or "not measured")
              + "; cells show GB/s of K and V read (share of the best copy reading).", "",
              "## Goals", "", *goals(lines, copy), "", f"![bandwidth against context]({PLOT_FILE})", ""]
@@ -204,13 +205,12 @@ def _missing(out: pathlib.Path, cell_list, names) -> list[tuple]:
 
 
 def run_decode(out: pathlib.Path, cell_list, names, quick: bool, budget_s: float | None = None,
-               note: str | None = None) -> pathlib.Path:
+               only: str | None = None) -> pathlib.Path:
     """Measure every cell not yet in out/benchmark.jsonl into it (written as measured), until
-    `budget_s` seconds have passed (the rest is left for a later run on the same folder);
-    env.json keeps every copy bandwidth reading, before and after each run."""
-    import torch
-
-    from conformance.bundled.benchmarks import decode, run, timing
+    `budget_s` seconds have passed (the rest is left for a later run on the same folder), or only
+    the cell labelled `only` (`supervise`, after a crash); env.json keeps every copy bandwidth
+    reading, before and after each run."""
+    from conformance.bundled.benchmarks import decode, run
 
     out.mkdir(parents=True, exist_ok=True)
     policy = decode.POLICY
@@ -223,14 +223,15 @@ def run_decode(out: pathlib.Path, cell_list, names, quick: bool, budget_s: float
     measured = {name: name for name in names}
     run.write_environment(out, quick, policy, measured, method)
     started = time.monotonic()
-    todo = _missing(out, cell_list, names)
+    todo = [(cell, lacking) for cell, lacking in _missing(out, cell_list, names) if only in (None, cell.label)]
+    note = {"note": "measured alone: the grid's process died in this cell"} if only else {}
     with open(out / BENCHMARK_FILE, "a") as results:
         for index, (cell, lacking) in enumerate(todo):
             if budget_s is not None and time.monotonic() - started > budget_s:
                 print(f"budget of {budget_s:.0f} s spent: {len(todo) - index} cells left for a resumed run", flush=True)
                 break
             for line in decode.measure_cell(cell, lacking, policy):
-                results.write(json.dumps({**line, **({"note": note} if note else {})}) + "\n")
+                results.write(json.dumps({**line, **note}) + "\n")
                 results.flush()
             print(f"[{time.monotonic() - started:6.0f} s] {cell.label}", flush=True)
     copies.append(decode.copy_bandwidth(policy))
@@ -278,8 +279,6 @@ def supervise(args, out: pathlib.Path, cell_list, names: list[str]) -> None:
     so the loop always advances)."""
     from dataclasses import asdict
 
-    from conformance.bundled.benchmarks import decode
-
     started = time.monotonic()
 
     def budget_left():
@@ -326,9 +325,7 @@ def main(argv=None) -> int:
         return 0
     if args.flag_attention:
         sys.path.insert(0, str(args.flag_attention.resolve()))
-    only = [cell for cell in cell_list if cell.label == args.only] if args.only else cell_list
-    run_decode(out, only, args.impls.split(","), args.quick, args.budget,
-               note="measured alone: the grid's process died in this cell" if args.only else None)
+    run_decode(out, cell_list, args.impls.split(","), args.quick, args.budget, args.only)
     return 0
 
 
