@@ -239,13 +239,15 @@ def _add_implied(values: dict, where: str) -> None:
         own = SIGNATURE_QUERIES[signature]
         if values.setdefault("query_layout", own) != own:
             raise ValueError(f"{where}: query_layout: {signature} takes {own} queries, got {values['query_layout']!r}")
+    reasons = {}
     for implied_by, reason in ((IMPLIED[signature], IMPLIED_REASON.get(signature)),
                                (QUERY_IMPLIED[values.get("query_layout", "bshd")], QUERY_REASON)):
         implied = {key: value for key, value in implied_by.items() if key not in values}
         values.update(implied)
-        values["reasons"] = {**{key: reason for key in implied}, **values.get("reasons", {})}
-    if not values["reasons"]:
-        del values["reasons"]
+        reasons.update({key: reason for key in implied})
+    reasons.update(values.get("reasons", {}))  # the declaration's own reasons win
+    if reasons:
+        values["reasons"] = reasons
 
 
 def _value(key: str, value, where: str):
