@@ -3,6 +3,7 @@
     python benchmarks/tune_launch.py [--kernel fwd|bwd_dkdv|bwd_dq] [--head-dims 64,128]
                                      [--seq-len 8192] [--dtype fp16] [--out FILE]
                                      [--block-m 64,128] [--block-n ...] [--warps ...] [--stages ...]
+                                     [--window LEFT | --varlen]
 
 For each head dim and causal mode, every (BLOCK_M, BLOCK_N, num_warps, num_stages) of
 the grid below replaces that kernel's launch table for the current target, and the
@@ -12,6 +13,11 @@ backward kernel, gives TFLOP/s; B*S = 32k tokens and H*D = 2048, as in the bench
 measurement goes to --out, a table per problem to stdout, best first.  This chose
 the launch tables in kernels/tuning.py; whether a configuration is *correct* is the
 conformance tiers' business.
+
+--window LEFT sweeps the causal sliding window (LEFT, 0) instead (causal only), through the
+kernel's "window" variant table (`{kernel}.window`, kernels.tuning.launch_config); --varlen
+the packed batch of benchmarks/variants.varlen_lengths (causal only, its base table).
+TFLOP/s then count the visible pairs only, as the variants benchmark does.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import itertools
 import json
 import pathlib
 import sys
+from dataclasses import dataclass
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Run as a script from a clone: make the clone's `conformance` importable (never on -m, where it
@@ -31,6 +38,7 @@ if not __package__ and (ROOT / "conformance").is_dir() and str(ROOT) not in sys.
 import torch  # noqa: E402
 import triton  # noqa: E402
 
+from benchmarks.variants import varlen_lengths, visible_pairs  # noqa: E402
 from conformance.bundled import kernels  # noqa: E402
 from conformance.bundled.kernels import targets, tuning  # noqa: E402
 
@@ -41,29 +49,64 @@ AXIS_FLAGS = dict(block_m="block-m", block_n="block-n", num_warps="warps", num_s
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def _timed(kernel: str, q, k, v, causal: bool):
+@dataclass(frozen=True)
+class Shape:
+    """The problem swept: dense (B, H, S, D), a causal window (left, 0), or a packed batch."""
+
+    head_dim: int
+    seq_len: int
+    causal: bool
+    window: int = 0  # left; 0: no window
+    varlen: bool = False
+
+    def call(self, q, k, v):
+        if self.varlen:
+            lengths = varlen_lengths(self.seq_len)
+            offsets = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=q.device)
+            packed = [x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3]) for x in (q, k, v)]
+            return lambda *xs: kernels.flash_attention_varlen(*xs, offsets, offsets, max(lengths), max(lengths),
+                                                              causal=True), packed
+        window = {"window_size": (self.window, 0)} if self.window else {}
+        return lambda *xs: kernels.flash_attention(*xs, causal=self.causal, **window), [q, k, v]
+
+    def pairs(self) -> int:
+        """Visible (query, key) pairs per head, summed over the batch."""
+        if self.varlen:
+            return sum(visible_pairs(n, n, True) for n in varlen_lengths(self.seq_len))
+        window = (self.window, 0) if self.window else None
+        return 32768 // self.seq_len * visible_pairs(self.seq_len, self.seq_len, self.causal, window)
+
+
+def _timed(kernel: str, shape: Shape, q, k, v):
     """The call to time: the forward, or the backward of one forward (graph kept)."""
+    attention, inputs = shape.call(q, k, v)
     if kernel == "fwd":
-        return lambda: kernels.flash_attention(q, k, v, causal=causal)
-    inputs = [x.requires_grad_() for x in (q, k, v)]
-    out = kernels.flash_attention(*inputs, causal=causal)
+        return lambda: attention(*inputs)
+    inputs = [x.requires_grad_() for x in inputs]
+    out = attention(*inputs)
     grad = torch.randn_like(out)
     return lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True)
 
 
-def measure(kernel: str, config: tuning.LaunchConfig, d: int, s: int, causal: bool, dtype) -> float:
-    """TFLOP/s with `config` as the only row of `kernel`'s table (backward: 2.5x the forward's FLOPs)."""
+def measure(kernel: str, config: tuning.LaunchConfig, shape: Shape, dtype) -> float:
+    """TFLOP/s over the visible pairs with `config` as the only row of `kernel`'s table (the
+    window's variant table for a window; backward: 2.5x the forward's FLOPs)."""
     tables = tuning.launch_tables(targets.current_target())
-    saved = tables.get(kernel)
-    tables[kernel] = tuning.table((256, config))
+    role = f"{kernel}.window" if shape.window else kernel
+    saved = tables.get(role)
+    tables[role] = tuning.table((256, config))
     try:
+        d, s = shape.head_dim, shape.seq_len
         heads, batch = 2048 // d, 32768 // s
         q, k, v = (torch.randn(batch, heads, s, d, device="cuda", dtype=dtype) for _ in range(3))
-        milliseconds = triton.testing.do_bench(_timed(kernel, q, k, v, causal), warmup=25, rep=100)
-        flops = 4 * batch * heads * s * s * d * (0.5 if causal else 1.0) * (1.0 if kernel == "fwd" else 2.5)
+        milliseconds = triton.testing.do_bench(_timed(kernel, shape, q, k, v), warmup=25, rep=100)
+        flops = 4 * heads * shape.pairs() * d * (1.0 if kernel == "fwd" else 2.5)
         return flops / milliseconds / 1e9
     finally:
-        tables[kernel] = saved
+        if saved is None:
+            del tables[role]
+        else:
+            tables[role] = saved
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=pathlib.Path, help="also write one JSON line per configuration here")
     for axis in GRID:
         parser.add_argument("--" + AXIS_FLAGS[axis], dest=axis, help=f"values of {axis} (default: the built-in grid)")
+    problem = parser.add_mutually_exclusive_group()
+    problem.add_argument("--window", type=int, default=0, metavar="LEFT",
+                         help="sweep the causal window (LEFT, 0) through the kernel's window table")
+    problem.add_argument("--varlen", action="store_true", help="sweep a packed batch of mixed lengths (causal)")
     return parser
 
 
@@ -88,22 +135,26 @@ def main(argv=None) -> int:
         print("tune_launch: needs a GPU", file=sys.stderr)
         return 2
     out = open(args.out, "w", encoding="utf-8") if args.out else None
-    for d, causal in itertools.product((int(x) for x in args.head_dims.split(",")), (False, True)):
+    causal_modes = (True,) if args.window or args.varlen else (False, True)
+    for d, causal in itertools.product((int(x) for x in args.head_dims.split(",")), causal_modes):
+        shape = Shape(d, args.seq_len, causal, args.window, args.varlen)
         rows = []
         for values in itertools.product(*grid.values()):
             config = tuning.LaunchConfig(**dict(zip(grid, values)))
             try:
-                tflops, error = measure(args.kernel, config, d, args.seq_len, causal, DTYPES[args.dtype]), ""
+                tflops, error = measure(args.kernel, config, shape, DTYPES[args.dtype]), ""
             except Exception as exc:  # out of resources and the like: recorded, not fatal
                 tflops, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
             line = {"kernel": args.kernel, "head_dim": d, "causal": causal, "seq_len": args.seq_len, "dtype": args.dtype,
-                    **config.as_dict(), "tflops": tflops, "error": error}
+                    "window": args.window, "varlen": args.varlen, **config.as_dict(), "tflops": tflops, "error": error}
             rows.append(line)
             if out:
                 out.write(json.dumps(line) + "\n")
                 out.flush()
         rows.sort(key=lambda line: -(line["tflops"] or 0))
-        print(f"\n{args.kernel} D={d} {'causal' if causal else 'non-causal'} S={args.seq_len} {args.dtype}")
+        problem = f"window ({args.window}, 0)" if args.window else "varlen" if args.varlen else \
+            "causal" if causal else "non-causal"
+        print(f"\n{args.kernel} D={d} {problem} S={args.seq_len} {args.dtype}")
         for line in rows[:8] + [line for line in rows if line["error"]][:3]:
             print(f"  m{line['block_m']:>3} n{line['block_n']:>3} w{line['num_warps']} s{line['num_stages']}"
                   f"{' tma' if line.get('descriptors') else '    '}  "

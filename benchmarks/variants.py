@@ -26,6 +26,7 @@ to do, not with the work of the dense matrix.
 from __future__ import annotations
 
 import functools
+import importlib
 import itertools
 import random
 from dataclasses import asdict, dataclass
@@ -36,6 +37,7 @@ from conformance.peers import flex as flex_peer
 from conformance.peers import masks
 
 WINDOWS = (1024, 4096)
+KERNELS_PACKAGE = "conformance.bundled.kernels"
 SOFTCAP = 30.0
 BASELINE = "causal"
 VARIANTS = ("window", "varlen", "softcap", "alibi")  # what --variants chooses from
@@ -162,6 +164,16 @@ class Plan:
     flex_seq_lens: tuple[int, ...] | None = None  # None: every S of the grid
     tokens: int = grid.TOKENS
     width: int = grid.MODEL_WIDTH
+    mutant: str | None = None  # time a mutant's kernels (mutants.definitions) as "bundled"
+
+    @property
+    def kernels_package(self) -> str:
+        """The package the bundled entries call: the kernels, or the mutant's copy of them."""
+        if self.mutant is None:
+            return KERNELS_PACKAGE
+        from conformance.bundled.mutants.definitions import BY_NAME
+        from conformance.bundled.mutants.transform import load
+        return load(BY_NAME[self.mutant]).__name__
 
     def cells(self) -> list[grid.Problem]:
         """The cells, dtype by head dim, S ascending (grid.problems' order), each causal."""
@@ -223,9 +235,11 @@ def alibi_score_mod(slopes, seq_q: int, seq_k: int):
     return alibi
 
 
-def bundled_function(entry: Entry, slopes=None, cu_seqlens=None, max_seqlen: int | None = None):
-    """`fn(q, k, v, causal)` of a bundled entry; varlen takes packed (tokens, H, D) tensors."""
-    from conformance.bundled import kernels
+def bundled_function(entry: Entry, slopes=None, cu_seqlens=None, max_seqlen: int | None = None,
+                     package: str = None):
+    """`fn(q, k, v, causal)` of a bundled entry; varlen takes packed (tokens, H, D) tensors.
+    `package`: where the kernels come from (Plan.kernels_package; default the bundled ones)."""
+    kernels = importlib.import_module(package or KERNELS_PACKAGE)
 
     if entry.variant == "varlen":
         def varlen(q, k, v, causal):

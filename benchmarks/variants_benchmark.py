@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--flex-seq-lens",
                         help="comma-separated S at which FlexAttention runs, or 'none' (default: every S); "
                              "each Flex variant compiles once per cell")
+    parser.add_argument("--mutant", metavar="NAME",
+                        help="time a mutant's kernels (python -m mutants --list) as the bundled ones: what a "
+                             "faster but rejected implementation would gain, e.g. softcap_hardware_tanh")
     return parser
 
 
@@ -84,6 +87,9 @@ def parse_args(argv):
     unknown = set(args.variants.split(",")) - set(variants.VARIANTS)
     if unknown:
         parser.error(f"--variants: unknown {sorted(unknown)}; known: {', '.join(variants.VARIANTS)}")
+    from conformance.bundled.mutants.definitions import BY_NAME
+    if args.mutant is not None and args.mutant not in BY_NAME:
+        parser.error(f"--mutant: unknown {args.mutant!r}; known: {', '.join(BY_NAME)}")
     return args
 
 
@@ -92,7 +98,8 @@ def plan_of(args) -> variants.Plan:
     chosen = flash_benchmark.grid_of(args, full=variants.FULL, quick=variants.QUICK)
     flex = None if args.flex_seq_lens is None else () if args.flex_seq_lens == "none" else _ints(args.flex_seq_lens)
     return variants.Plan(seq_lens=chosen["seq_lens"], head_dims=chosen["head_dims"], dtypes=chosen["dtypes"],
-                         variants=tuple(args.variants.split(",")), windows=_ints(args.windows), flex_seq_lens=flex)
+                         variants=tuple(args.variants.split(",")), windows=_ints(args.windows), flex_seq_lens=flex,
+                         mutant=args.mutant)
 
 
 # ----------------------------------------------------------------------------- measuring (GPU)
@@ -119,7 +126,8 @@ def _cell_functions(plan: variants.Plan, problem: grid.Problem) -> tuple[list, d
         if entry.kernel == variants.FLEX:
             maker = functools.partial(variants.flex_function, entry, problem.seq_len, run.DEVICE, slopes)
         else:
-            maker = functools.partial(variants.bundled_function, entry, slopes, offsets, max(lengths))
+            maker = functools.partial(variants.bundled_function, entry, slopes, offsets, max(lengths),
+                                      plan.kernels_package)
         functions[entry.name] = (functools.cache(maker), packed if entry.variant == "varlen" else dense)
     return entries, functions, lengths
 
@@ -143,7 +151,8 @@ def run_variants(out: pathlib.Path, plan: variants.Plan, quick: bool = False) ->
     policy = run.QUICK_POLICY if quick else run.FULL_POLICY
     run.write_environment(
         out, quick, policy,
-        implementations={"bundled": "kernels:flash_attention, kernels:flash_attention_varlen",
+        implementations={"bundled": "kernels:flash_attention, kernels:flash_attention_varlen"
+                         + (f" of mutant {plan.mutant} (mutants/definitions.py)" if plan.mutant else ""),
                          "flex": f"torch {torch.__version__} flex_attention, compiled"},
         method={"plan": plan.fields(), "estimate_s": round(plan.estimate_s(quick)),
                 "flops": "matmul FLOPs over the visible (query, key) pairs only: 4·D·H per pair forward, "

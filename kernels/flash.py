@@ -62,7 +62,7 @@ def _forward(q, k, v, problem: AttentionProblem):
         return out, lse
     dropout, strides = problem.dropout, problem.strides
     block_d = padded_head_dim(problem.head_dim, q.dtype)
-    cfg = launch_kwargs("fwd", block_d, q.dtype, variant="dropout" if dropout is not None else None,
+    cfg = launch_kwargs("fwd", block_d, q.dtype, variant="dropout" if dropout is not None else problem.table_variant,
                         streamed=(k, v))
     head_dim = head_dim_bound(problem.head_dim, block_d, cfg)  # None: no column masks
     drop_args, drop_flag = _dropout_kwargs(dropout)
@@ -100,13 +100,13 @@ def _backward(q, k, v, out, lse, do, problem: AttentionProblem):
     common = dict(CAUSAL=problem.causal, BLOCK_D=block_d, INTERPRETED=emulate, **drop_flag,
                   **problem.variant_flags())
     variant_args = problem.variant_args()
-    dkdv = launch_kwargs("bwd_dkdv", block_d, q.dtype, streamed=(q, do))
+    dkdv = launch_kwargs("bwd_dkdv", block_d, q.dtype, variant=problem.table_variant, streamed=(q, do))
     launch(dkdv_kernel, triton.cdiv(seq_k, dkdv["BLOCK_N"]), batch * kv_heads,
            q, k, v, do, lse, delta, dk, dv, problem.sm_scale,
            *inputs, *strides(dk), *strides(dv),
            heads, kv_heads, group, seq_q, seq_k, head_dim_bound(problem.head_dim, block_d, dkdv),
            *drop_args, *variant_args, STAGES=dkdv["num_stages"], **common, **dkdv)
-    dqk = launch_kwargs("bwd_dq", block_d, q.dtype, streamed=(k, v))
+    dqk = launch_kwargs("bwd_dq", block_d, q.dtype, variant=problem.table_variant, streamed=(k, v))
     launch(dq_kernel, triton.cdiv(seq_q, dqk["BLOCK_M"]), batch * heads,
            q, k, v, do, lse, delta, dq, problem.sm_scale,
            *inputs, *strides(dq), heads, group, seq_q, seq_k, head_dim_bound(problem.head_dim, block_d, dqk),

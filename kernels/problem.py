@@ -63,6 +63,13 @@ class AttentionProblem:
     def varlen(self) -> bool:
         return self.cu_seqlens_q is not None
 
+    @property
+    def table_variant(self) -> str | None:
+        """The launch tables' variant a call of this problem takes (kernels.tuning.launch_config):
+        "window" for a band, whose loops are a few tiles long where the dense kernels' run the
+        whole key axis; None (the kernel's own table) otherwise."""
+        return "window" if self.band is not None else None
+
     def strides(self, t: torch.Tensor) -> tuple[int, ...]:
         """(batch, head, row, dim) strides of an input, output or gradient: a packed
         (tokens, heads, dim) tensor has no batch stride (each program moves to its

@@ -177,6 +177,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("softcap_backward_no_slope",
            "softcap backward misses the cap's derivative: dS not multiplied by 1 - tanh^2(s / c)",
            (Edit(_SCORES, "ds = ds * cap_slope", "ds = ds"),)),
+    Mutant("softcap_hardware_tanh",
+           "softcap through the GPU's approximate tanh (PTX tanh.approx.f32, relative error 2^-10.99, "
+           "one special-function instruction; FlashAttention-2/3's CUDA kernels take it) instead of an "
+           "fp32-accurate one: an error of up to softcap * 5e-4 on a capped score",
+           (Edit(_SCORES, "tanh, cap_slope = tanh_and_slope(raw * (sm_scale / softcap))",
+                 'tanh = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [raw * (sm_scale / softcap)], '
+                 "dtype=tl.float32, is_pure=True, pack=1)\n"
+                 "        cap_slope = 1.0 - tanh * tanh"),),
+           interpreter_unreachable="inline PTX: NVIDIA GPUs only, the interpreter runs no assembly"),
     Mutant("alibi_top_left",
            "ALiBi distance aligned top-left: bias from |i - j| instead of |i + Sk - Sq - j| "
            "(wrong only when Sq != Sk)",

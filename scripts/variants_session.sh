@@ -12,6 +12,13 @@
 #   flex-variants    the standard tier's variant cases judged on FlexAttention (dense and varlen)
 #   mutants-variants the kill table of the variants' mutants, from the standard tier
 #   benchmark        the variants benchmark (benchmarks/variants_benchmark.py), alone on the GPU
+#   standard-variants the standard tier's variant cases only (a check of a kernel or table change)
+#   tune-window      launch-configuration sweeps of the windowed forward (left 1024, bf16, D 64/128,
+#                    S 8192; TUNE_KERNELS="fwd bwd_dkdv bwd_dq" adds the backward's): what the "window"
+#                    variant tables take (kernels/tables_nvidia.py)
+#   tune-varlen      the same for the varlen forward (the benchmark's packed batch)
+#   hardware-tanh    the softcap_hardware_tanh mutant (the approximate tanh FlashAttention-2/3 take): its
+#                    kill table from the standard tier, then the benchmark's softcap cells on its kernels
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -47,6 +54,20 @@ for name in "$@"; do
     mutants-variants) mapfile -t names < <(python -m mutants --list | awk '/window|softcap|alibi|varlen/ {print "--mutant=" $1}')
                       packed_step "$name" python -m mutants --tier standard "${names[@]}" --max-kills 3 --out "$RUNS/$name" ;;
     benchmark) packed_step "$name" python benchmarks/variants_benchmark.py --out "$RUNS/$name" ;;
+    standard-variants) mapfile -t ids < <(variant_cases standard)
+                       packed_step "$name" python -m conformance run "${ids[@]}" --out "$RUNS/$name" ;;
+    tune-window) mkdir -p "$RUNS/$name"
+                 for kernel in ${TUNE_KERNELS:-fwd}; do
+                   packed_step "$name-$kernel" python benchmarks/tune_launch.py --kernel "$kernel" --window 1024 \
+                     --head-dims 64,128 --dtype bf16 --stages 2,3 --out "$RUNS/$name/$kernel.jsonl"
+                 done ;;
+    tune-varlen) mkdir -p "$RUNS/$name"
+                 packed_step "$name" python benchmarks/tune_launch.py --kernel fwd --varlen --head-dims 64,128 \
+                   --dtype bf16 --stages 2,3 --out "$RUNS/$name/fwd.jsonl" ;;
+    hardware-tanh) packed_step "$name-mutant" python -m mutants --tier standard --mutant=softcap_hardware_tanh \
+                     --max-kills 3 --out "$RUNS/$name-mutant"
+                   packed_step "$name-benchmark" python benchmarks/variants_benchmark.py --variants softcap \
+                     --mutant softcap_hardware_tanh --flex-seq-lens none --seq-lens 8192 --out "$RUNS/$name-benchmark" ;;
     *) echo "unknown step $name" | tee -a "$RUNS/steps.log" ;;
   esac
 done
