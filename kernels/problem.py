@@ -67,8 +67,11 @@ class AttentionProblem:
     def table_variant(self) -> str | None:
         """The launch tables' variant a call of this problem takes (kernels.tuning.launch_config):
         "window" for a band, whose loops are a few tiles long where the dense kernels' run the
-        whole key axis; None (the kernel's own table) otherwise."""
-        return "window" if self.band is not None else None
+        whole key axis, "varlen" for a packed batch (many short sequences), else None (the
+        kernel's own table).  A target without the variant's table takes the kernel's own."""
+        if self.band is not None:
+            return "window"
+        return "varlen" if self.varlen else None
 
     def strides(self, t: torch.Tensor) -> tuple[int, ...]:
         """(batch, head, row, dim) strides of an input, output or gradient: a packed

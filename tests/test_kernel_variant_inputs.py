@@ -124,3 +124,25 @@ def test_bad_varlen_options_are_named(options, error, match):
 def test_varlen_has_no_total_attention():
     with pytest.raises(TypeError, match="return_total_attention"):
         kernels.flash_attention_varlen(**varlen_args(), return_total_attention=True)
+
+
+def test_offsets_are_read_once_and_again_after_an_in_place_change(monkeypatch):
+    """A cu_seqlens tensor's values reach the host once (a read that waits for the GPU): the
+    same unchanged tensor is not read again, while an in-place change, or another token
+    count, is read and checked again."""
+    from conformance.bundled.kernels import validation
+
+    offsets = varlen_args()["cu_seqlens_q"]
+    expected = offsets.tolist()
+    assert validation.check_cu_seqlens("cu_seqlens_q", offsets, 8, offsets.device) == expected
+    reads = []
+    read = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda tensor: reads.append(tensor) or read(tensor))
+    assert validation.check_cu_seqlens("cu_seqlens_q", offsets, 8, offsets.device) == expected
+    assert reads == []
+    with pytest.raises(ValueError, match=r"cu_seqlens_q: expected the last offset to equal the number of tokens \(9\)"):
+        validation.check_cu_seqlens("cu_seqlens_q", offsets, 9, offsets.device)
+    offsets[1] = 6  # after 5 tokens came 3: now 6 then 3
+    with pytest.raises(ValueError, match=r"cu_seqlens_q: expected non-decreasing offsets, got 3 after 6"):
+        validation.check_cu_seqlens("cu_seqlens_q", offsets, 8, offsets.device)
+    assert len(reads) == 2
