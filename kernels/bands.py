@@ -38,6 +38,19 @@ def visible_pairs(rows, cols, seq_q, seq_k, window_left, window_right,
 
 
 @triton.jit
+def masked_at_band_edges(x, fill, tile_start, whole_start, whole_end, rows, cols, seq_q, seq_k,
+                         window_left, window_right, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+    """x with `fill` at the pairs visible_pairs hides, where the tile starting at tile_start
+    lies outside [whole_start, whole_end) (the tiles every row or key sees whole: the
+    unmasked span of window_key_tiles / window_query_tiles); x itself inside it.  What a
+    window's single loop over its band masks with: the branch is uniform over the program,
+    so the tiles inside skip the mask's comparisons."""
+    if (tile_start < whole_start) | (tile_start >= whole_end):
+        x = tl.where(visible_pairs(rows, cols, seq_q, seq_k, window_left, window_right, CAUSAL, WINDOW), x, fill)
+    return x
+
+
+@triton.jit
 def _ordered(first, unmasked_start, unmasked_end, end):
     """Clamp the unmasked span into [first, end] (empty where there is none), and end >= first."""
     end = tl.maximum(end, first)

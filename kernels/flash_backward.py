@@ -36,7 +36,7 @@ kernels.sequences): the loops are the dense ones, over fewer tiles.
 import triton
 import triton.language as tl
 
-from .bands import window_key_tiles, window_query_tiles
+from .bands import masked_at_band_edges, window_key_tiles, window_query_tiles
 from .blocks import (
     causal_key_end,
     causal_query_start,
@@ -99,7 +99,8 @@ def dkdv_over_rows(dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols
                    CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
                    DROPOUT: tl.constexpr, MASKED: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr,
-                   DESCRIPTORS: tl.constexpr, INTERPRETED: tl.constexpr, HEAD_CHUNK: tl.constexpr):
+                   DESCRIPTORS: tl.constexpr, INTERPRETED: tl.constexpr, HEAD_CHUNK: tl.constexpr,
+                   whole_start=0, whole_end=0, EDGES_ONLY: tl.constexpr = False):
     """Add the query tiles [row_first, row_stop) of one head to the fp32 dK, dV of a key
     tile: returns (dk, dv).  MASKED=False: every pair visible and every row inside seq_q
     (no mask, no bound check on the rows).  k and v are the key tile's K and V, or
@@ -121,7 +122,10 @@ def dkdv_over_rows(dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols
             raw = raw_scores(q, k, INTERPRETED)
             dp = value_gradient(do, v, INTERPRETED)
         p, cap_slope = probabilities(raw, lse, rows, cols, seq_q, seq_k, sm_scale, window_left, window_right,
-                                     softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI, MASKED)
+                                     softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI, MASKED and not EDGES_ONLY)
+        if EDGES_ONLY:
+            p = masked_at_band_edges(p, 0.0, row_start, whole_start, whole_end, rows, cols, seq_q, seq_k,
+                                     window_left, window_right, CAUSAL, WINDOW)
         p_used = p  # the weights as they multiplied V in the forward
         if DROPOUT:
             keep = dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, col_start, BLOCK_N)
@@ -180,19 +184,18 @@ def dkdv_kernel(
     dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
 
-    # Query tiles in order: the causal band (masked), the rows that see the whole key
-    # tile (unmasked), the ragged last query tile (masked).  With a window: the rows at
-    # its near edge (masked), the rows that see the whole tile (unmasked), the rows at
-    # its far edge and the ragged tail (masked); no row outside the band.
+    # Query tiles in order.  With a window, one loop over the band's rows, those at its edges
+    # masked (kernels.bands.masked_at_band_edges; why one loop: the forward's comment).
+    # Without: the causal band (masked), the rows that see the whole key tile (unmasked),
+    # the ragged last query tile (masked).
     if WINDOW:
-        query_start, unmasked_start, full_rows_end, rows_end = window_query_tiles(
+        query_start, whole_start, whole_end, rows_end = window_query_tiles(
             col_start, seq_q, seq_k, window_left, window_right, BLOCK_M, BLOCK_N)
     else:
         query_start = causal_query_start(col_start, seq_q, seq_k, BLOCK_M, CAUSAL)
         unmasked_start = first_unmasked_row(col_start, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
         full_rows_end = (seq_q // BLOCK_M) * BLOCK_M
-        rows_end = seq_q
-    tail_start = tl.maximum(unmasked_start, full_rows_end)
+        tail_start = tl.maximum(unmasked_start, full_rows_end)
     for member in range(0, group_size):
         head = kv_head * group_size + member
         q_source = tile_source(Q + head_offset(batch, head, stride_qb, stride_qh),
@@ -203,27 +206,37 @@ def dkdv_kernel(
         lse_base = row_stats(LSE, batch_head, head, seq_q, q_start, total_q, VARLEN)
         delta_base = row_stats(DELTA, batch_head, head, seq_q, q_start, total_q, VARLEN)
         alibi_slope = head_slope(ALIBI_SLOPES, stride_alibi_b, batch, head, ALIBI)
-        dk, dv = dkdv_over_rows(
-            dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols, dims, col_start,
-            query_start, tl.minimum(unmasked_start, seq_q), stride_qm, stride_qd, stride_dom, stride_dod,
-            stride_kn, stride_kd, stride_vn, stride_vd,
-            seq_q, seq_k, head_dim, sm_scale, seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
-            window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
-            DROPOUT, True, BLOCK_M, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
-        dk, dv = dkdv_over_rows(
-            dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols, dims, col_start,
-            unmasked_start, full_rows_end, stride_qm, stride_qd, stride_dom, stride_dod,
-            stride_kn, stride_kd, stride_vn, stride_vd,
-            seq_q, seq_k, head_dim, sm_scale, seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
-            window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
-            DROPOUT, False, BLOCK_M, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
-        dk, dv = dkdv_over_rows(
-            dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols, dims, col_start,
-            tail_start, rows_end, stride_qm, stride_qd, stride_dom, stride_dod,
-            stride_kn, stride_kd, stride_vn, stride_vd,
-            seq_q, seq_k, head_dim, sm_scale, seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
-            window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
-            DROPOUT, True, BLOCK_M, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
+        if WINDOW:
+            dk, dv = dkdv_over_rows(
+                dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols, dims, col_start,
+                query_start, rows_end, stride_qm, stride_qd, stride_dom, stride_dod,
+                stride_kn, stride_kd, stride_vn, stride_vd,
+                seq_q, seq_k, head_dim, sm_scale, seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
+                window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
+                DROPOUT, True, BLOCK_M, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK,
+                whole_start, whole_end, True)
+        else:
+            dk, dv = dkdv_over_rows(
+                dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols, dims, col_start,
+                query_start, tl.minimum(unmasked_start, seq_q), stride_qm, stride_qd, stride_dom, stride_dod,
+                stride_kn, stride_kd, stride_vn, stride_vd,
+                seq_q, seq_k, head_dim, sm_scale, seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
+                window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
+                DROPOUT, True, BLOCK_M, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
+            dk, dv = dkdv_over_rows(
+                dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols, dims, col_start,
+                unmasked_start, full_rows_end, stride_qm, stride_qd, stride_dom, stride_dod,
+                stride_kn, stride_kd, stride_vn, stride_vd,
+                seq_q, seq_k, head_dim, sm_scale, seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
+                window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
+                DROPOUT, False, BLOCK_M, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
+            dk, dv = dkdv_over_rows(
+                dk, dv, k, v, q_source, do_source, lse_base, delta_base, cols, dims, col_start,
+                tail_start, seq_q, stride_qm, stride_qd, stride_dom, stride_dod,
+                stride_kn, stride_kd, stride_vn, stride_vd,
+                seq_q, seq_k, head_dim, sm_scale, seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
+                window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
+                DROPOUT, True, BLOCK_M, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
 
     store_tile(DK + head_offset(batch, kv_head, stride_dkb, stride_dkh),
                dk * sm_scale, cols, dims, stride_dkn, stride_dkd, seq_k, head_dim, INTERPRETED)
@@ -242,7 +255,8 @@ def dq_over_keys(dq, q, do, lse, delta, k_source, v_source, rows, dims, key_firs
                  CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
                  DROPOUT: tl.constexpr, MASKED: tl.constexpr,
                  BLOCK_N: tl.constexpr, STAGES: tl.constexpr, DESCRIPTORS: tl.constexpr,
-                 INTERPRETED: tl.constexpr, HEAD_CHUNK: tl.constexpr):
+                 INTERPRETED: tl.constexpr, HEAD_CHUNK: tl.constexpr,
+                 whole_start=0, whole_end=0, EDGES_ONLY: tl.constexpr = False):
     """Add the key tiles [key_first, key_stop) to the fp32 dQ of a query tile.
     MASKED=False: every pair visible and every key inside seq_k.  q and do are the
     query tile's Q and dO, or (HEAD_CHUNK) their base pointers (kernels.head_slices)."""
@@ -260,7 +274,10 @@ def dq_over_keys(dq, q, do, lse, delta, k_source, v_source, rows, dims, key_firs
             raw = raw_scores(q, k, INTERPRETED)
             dp = value_gradient(do, v, INTERPRETED)
         p, cap_slope = probabilities(raw, lse, rows, cols, seq_q, seq_k, sm_scale, window_left, window_right,
-                                     softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI, MASKED)
+                                     softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI, MASKED and not EDGES_ONLY)
+        if EDGES_ONLY:
+            p = masked_at_band_edges(p, 0.0, key_start, whole_start, whole_end, rows, cols, seq_q, seq_k,
+                                     window_left, window_right, CAUSAL, WINDOW)
         if DROPOUT:
             keep = dropout_keep(seed_lo, seed_hi, drop_threshold, batch_head, rows, key_start, BLOCK_N)
             dp = dropped_value_gradient(dp, keep, keep_scale)
@@ -318,33 +335,34 @@ def dq_kernel(
     alibi_slope = head_slope(ALIBI_SLOPES, stride_alibi_b, batch, head, ALIBI)
     dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
 
-    # Off-band key tiles (unmasked), then the causal band and the ragged last key tile;
-    # with a window, the forward's three spans (kernels.bands).
     if WINDOW:
-        key_first, unmasked_start, unmasked_end, key_end = window_key_tiles(
+        # One loop over the band, the tiles at its edges masked (kernels.bands.masked_at_band_edges;
+        # why one loop: the forward's comment).
+        key_first, whole_start, whole_end, key_end = window_key_tiles(
             block_m * BLOCK_M, seq_q, seq_k, window_left, window_right, BLOCK_M, BLOCK_N)
-        dq = dq_over_keys(dq, q, do, lse, delta, k_source, v_source, rows, dims, key_first, unmasked_start,
+        dq = dq_over_keys(dq, q, do, lse, delta, k_source, v_source, rows, dims, key_first, key_end,
+                          stride_qm, stride_qd, stride_dom, stride_dod,
+                          stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale,
+                          seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
+                          window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
+                          DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK,
+                          whole_start, whole_end, True)
+    else:
+        # Off-band key tiles (unmasked), then the causal band and the ragged last key tile.
+        unmasked_end = off_band_end(block_m * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
+        key_end = causal_key_end((block_m + 1) * BLOCK_M, seq_q, seq_k, CAUSAL)
+        dq = dq_over_keys(dq, q, do, lse, delta, k_source, v_source, rows, dims, 0, unmasked_end,
+                          stride_qm, stride_qd, stride_dom, stride_dod,
+                          stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale,
+                          seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
+                          window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
+                          DROPOUT, False, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
+        dq = dq_over_keys(dq, q, do, lse, delta, k_source, v_source, rows, dims, unmasked_end, key_end,
                           stride_qm, stride_qd, stride_dom, stride_dod,
                           stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale,
                           seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
                           window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
                           DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
-    else:
-        unmasked_start = 0
-        unmasked_end = off_band_end(block_m * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
-        key_end = causal_key_end((block_m + 1) * BLOCK_M, seq_q, seq_k, CAUSAL)
-    dq = dq_over_keys(dq, q, do, lse, delta, k_source, v_source, rows, dims, unmasked_start, unmasked_end,
-                      stride_qm, stride_qd, stride_dom, stride_dod,
-                      stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale,
-                      seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
-                      window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
-                      DROPOUT, False, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
-    dq = dq_over_keys(dq, q, do, lse, delta, k_source, v_source, rows, dims, unmasked_end, key_end,
-                      stride_qm, stride_qd, stride_dom, stride_dod,
-                      stride_kn, stride_kd, stride_vn, stride_vd, seq_q, seq_k, head_dim, sm_scale,
-                      seed_lo, seed_hi, drop_threshold, keep_scale, batch_head,
-                      window_left, window_right, softcap, alibi_slope, CAUSAL, WINDOW, SOFTCAP, ALIBI,
-                      DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
 
     store_tile(DQ + head_offset(batch, head, stride_dqb, stride_dqh),
                dq * sm_scale, rows, dims, stride_dqm, stride_dqd, seq_q, head_dim, INTERPRETED)

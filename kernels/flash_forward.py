@@ -15,7 +15,7 @@ which saves a multiply per element and a rounding before the low-precision cast.
 import triton
 import triton.language as tl
 
-from .bands import visible_pairs, window_key_tiles
+from .bands import masked_at_band_edges, visible_pairs, window_key_tiles
 from .blocks import (
     LOG2_E,
     causal_key_end,
@@ -45,7 +45,8 @@ def attend_keys(q, acc, row_max, row_sum, row_sum_error, k_source, v_source, row
                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
                 DROPOUT: tl.constexpr, MASKED: tl.constexpr,
                 BLOCK_N: tl.constexpr, STAGES: tl.constexpr, DESCRIPTORS: tl.constexpr,
-                INTERPRETED: tl.constexpr, HEAD_CHUNK: tl.constexpr):
+                INTERPRETED: tl.constexpr, HEAD_CHUNK: tl.constexpr,
+                whole_start=0, whole_end=0, EDGES_ONLY: tl.constexpr = False):
     """The online softmax over key tiles [first_key, key_stop): returns the new
     (acc, row_max, row_sum, row_sum_error).  q is the query tile, or (HEAD_CHUNK) its
     base pointer (kernels.head_slices).
@@ -53,7 +54,9 @@ def attend_keys(q, acc, row_max, row_sum, row_sum_error, k_source, v_source, row
     MASKED=False is the off-band part: every tile lies inside the keys and inside every
     row's causal window (or sliding window), so no pair is masked and key rows are loaded
     without a bound check; only the head-dim padding is masked.  MASKED=True is the rest:
-    the causal diagonal band (the window's edges) and the ragged last tile.  STAGES is
+    the causal diagonal band (the window's edges) and the ragged last tile; with
+    EDGES_ONLY (a window's one loop) only the tiles outside [whole_start, whole_end), which
+    every row sees whole, are masked (the loads keep their bound checks).  STAGES is
     the loop's software-pipelining depth (the launch's num_stages); k_source and v_source
     are blocks.tile_source's.  qk_scale is log2(e) times scores.softmax_scale."""
     for key_start in tl.range(first_key, key_stop, BLOCK_N, num_stages=STAGES):
@@ -67,7 +70,10 @@ def attend_keys(q, acc, row_max, row_sum, row_sum_error, k_source, v_source, row
             raw = raw_scores(q, k, INTERPRETED)
         s, _cap_slope = softmax_scores(raw, rows, cols, seq_q, seq_k, sm_scale, softcap, alibi_slope,
                                        SOFTCAP, ALIBI)
-        if MASKED:
+        if EDGES_ONLY:
+            s = masked_at_band_edges(s, float("-inf"), key_start, whole_start, whole_end, rows, cols, seq_q, seq_k,
+                                     window_left, window_right, CAUSAL, WINDOW)
+        elif MASKED:
             s = tl.where(visible_pairs(rows, cols, seq_q, seq_k, window_left, window_right, CAUSAL, WINDOW),
                          s, float("-inf"))
         p, rescale, row_max, row_sum, row_sum_error = online_softmax_weights(
@@ -142,35 +148,39 @@ def flash_forward_kernel(
     row_sum_error = tl.zeros((BLOCK_M,), dtype=tl.float32)  # Kahan compensation
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
 
-    # Off-band key tiles first (no pair masked), then the causal band and the ragged
-    # tail; with a window, its left edge (masked), the tiles inside the band for every
-    # row (unmasked), its right edge and the ragged tail (masked), and no tile outside
-    # it.  The split does not change the order in which tiles are added.
     if WINDOW:
-        key_first, unmasked_start, unmasked_end, key_end = window_key_tiles(
+        # One loop over the band's key tiles: those every row sees whole skip the mask by a
+        # branch uniform over the program, the edges take it.  Three loops (left edge, inside,
+        # right edge) each paid a software pipeline's fill and drain on a band of ~18 tiles:
+        # one loop was 1-36 % faster on an H100 (bf16, left 1024 / 4096, S = 8192, A/B in one call;
+        # reports/h100-sm90/variants/tuning/band-loop/).
+        key_first, whole_start, whole_end, key_end = window_key_tiles(
             block_m * BLOCK_M, seq_q, seq_k, window_left, window_right, BLOCK_M, BLOCK_N)
         acc, row_max, row_sum, row_sum_error = attend_keys(
-            q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, key_first, unmasked_start,
+            q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, key_first, key_end,
+            stride_qm, stride_qd, stride_kn, stride_kd, stride_vn, stride_vd,
+            seq_q, seq_k, head_dim, sm_scale, qk_scale,
+            seed_lo, seed_hi, drop_threshold, batch_head, window_left, window_right, softcap, alibi_slope,
+            CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK,
+            whole_start, whole_end, True)
+    else:
+        # Off-band key tiles first (no pair masked), then the causal band and the ragged
+        # tail: the causal kernels' long loop runs without a mask.  The split does not
+        # change the order in which tiles are added.
+        unmasked_end = off_band_end(block_m * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
+        key_end = causal_key_end((block_m + 1) * BLOCK_M, seq_q, seq_k, CAUSAL)
+        acc, row_max, row_sum, row_sum_error = attend_keys(
+            q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, 0, unmasked_end,
+            stride_qm, stride_qd, stride_kn, stride_kd, stride_vn, stride_vd,
+            seq_q, seq_k, head_dim, sm_scale, qk_scale,
+            seed_lo, seed_hi, drop_threshold, batch_head, window_left, window_right, softcap, alibi_slope,
+            CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, False, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
+        acc, row_max, row_sum, row_sum_error = attend_keys(
+            q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, unmasked_end, key_end,
             stride_qm, stride_qd, stride_kn, stride_kd, stride_vn, stride_vd,
             seq_q, seq_k, head_dim, sm_scale, qk_scale,
             seed_lo, seed_hi, drop_threshold, batch_head, window_left, window_right, softcap, alibi_slope,
             CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
-    else:
-        unmasked_start = 0
-        unmasked_end = off_band_end(block_m * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
-        key_end = causal_key_end((block_m + 1) * BLOCK_M, seq_q, seq_k, CAUSAL)
-    acc, row_max, row_sum, row_sum_error = attend_keys(
-        q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, unmasked_start, unmasked_end,
-        stride_qm, stride_qd, stride_kn, stride_kd, stride_vn, stride_vd,
-        seq_q, seq_k, head_dim, sm_scale, qk_scale,
-        seed_lo, seed_hi, drop_threshold, batch_head, window_left, window_right, softcap, alibi_slope,
-        CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, False, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
-    acc, row_max, row_sum, row_sum_error = attend_keys(
-        q, acc, row_max, row_sum, row_sum_error, k_source, v_source, rows, dims, unmasked_end, key_end,
-        stride_qm, stride_qd, stride_kn, stride_kd, stride_vn, stride_vd,
-        seq_q, seq_k, head_dim, sm_scale, qk_scale,
-        seed_lo, seed_hi, drop_threshold, batch_head, window_left, window_right, softcap, alibi_slope,
-        CAUSAL, WINDOW, SOFTCAP, ALIBI, DROPOUT, True, BLOCK_N, STAGES, DESCRIPTORS, INTERPRETED, HEAD_CHUNK)
 
     out, lse = finished_rows(acc, row_max, row_sum, score_scale)
     if DROPOUT:

@@ -121,19 +121,14 @@ HOPPER_LAUNCH = {
     # 2 stages there (452 / 424 TFLOP/s without dropout), the other rows unchanged.
     "fwd.dropout": LaunchTable(tuple((bound, replace(config, num_stages=2) if bound == 128 else config)
                                      for bound, config in _HOPPER_FORWARD.rows)),
-    # The forward of a sliding window, and of a packed (varlen) batch: benchmarks/tune_launch.py
-    # --window 1024 / --varlen on an H100 (bf16, S = 8192, causal; TFLOP/s over the visible pairs;
-    # reports/h100-sm90/variants/tuning/).  A band's key loops are ~18 tiles where the dense
-    # ones run the whole key axis, and a packed batch of mostly short sequences has many short
-    # ones: 64x64 tiles with 4 warps, more programs with shorter pipelines, won both windows
-    # (D = 64: 295 TFLOP/s against 224 with the dense table's 128x64, 8 warps; D = 128: 334
-    # against 315 with 128x128) and the varlen forward at D = 64 (334 against 291); at D = 128
-    # the varlen forward took 128x64 with 8 warps (341 against 322 with 128x128).
-    "fwd.window": table(
-        (64, LaunchConfig(64, 64, num_warps=4, num_stages=3)),
-        (128, LaunchConfig(64, 64, num_warps=4, num_stages=3)),
-        _HOPPER_FORWARD.rows[-1],
-    ),
+    # The forward of a packed (varlen) batch: benchmarks/tune_launch.py --varlen on an H100
+    # (bf16, the variants benchmark's 16 mixed lengths at S = 8192, causal; TFLOP/s over the
+    # visible pairs; reports/h100-sm90/variants/tuning/).  Its many short sequences give short
+    # key loops: 64x64 tiles with 4 warps at D = 64 (334 against 291 with the dense 128x64,
+    # 8 warps), 128x64 with 8 warps at D = 128 (341 against 322 with 128x128).  A sliding
+    # window keeps the dense tables: once its band ran in one loop (kernels.flash_forward),
+    # they were within 3 % of the best tile at left 1024 and the best at 4096
+    # (tuning/band-loop/).
     "fwd.varlen": table(
         (64, LaunchConfig(64, 64, num_warps=4, num_stages=3)),
         (128, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
