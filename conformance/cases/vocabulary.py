@@ -40,10 +40,10 @@ KERNELS_LAUNCHED = {
     ("flash_attention", "bwd"): ("bwd_preprocess", "bwd_dkdv", "bwd_dq"),
     ("piecewise_attention", "fwd"): ("piecewise_fwd",),
     ("piecewise_attention", "bwd"): ("bwd_preprocess", "piecewise_bwd_dkdv", "piecewise_bwd_dq"),
-    # Not known yet: the varlen kernels' launch-table names come with them (kernels.tuning),
-    # and until they are listed here no `cfg=` token is valid for the varlen operator.
-    ("flash_attention_varlen", "fwd"): (),
-    ("flash_attention_varlen", "bwd"): (),
+    # The packed batch runs the dense operator's kernels (kernels.sequences); its forward takes
+    # the "fwd.varlen" table where a target has one, and a `cfg=fwd:...` overrides both.
+    ("flash_attention_varlen", "fwd"): ("fwd",),
+    ("flash_attention_varlen", "bwd"): ("bwd_preprocess", "bwd_dkdv", "bwd_dq"),
     ("kv_cache_attention", "fwd"): ("decode_split", "decode_merge"),
     ("kv_cache_attention", "bwd"): (),
 }
