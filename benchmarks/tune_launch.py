@@ -38,7 +38,7 @@ if not __package__ and (ROOT / "conformance").is_dir() and str(ROOT) not in sys.
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from benchmarks.variants import varlen_lengths, visible_pairs  # noqa: E402
+from conformance.bundled.benchmarks.variants import varlen_lengths, visible_pairs  # noqa: E402
 from conformance.bundled import kernels  # noqa: E402
 from conformance.bundled.kernels import targets, tuning  # noqa: E402
 

@@ -18,7 +18,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from benchmarks.variants import varlen_lengths  # noqa: E402
+from conformance.bundled.benchmarks.variants import varlen_lengths  # noqa: E402
 from conformance.bundled import kernels  # noqa: E402
 
 def kernel_ms(fn, n=10) -> dict:

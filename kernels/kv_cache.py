@@ -6,7 +6,11 @@ contiguous (B, Smax, Hkv, D) or paged (num_pages, page_size, Hkv, D) through a b
 table; both run one kernel (kernels.decode_cache says how).  The keys are split into
 contiguous runs (FlashDecoding): a few query rows per sequence give few programs, and the
 splits give the device enough of them; a merge kernel combines the splits
-(kernels.decode_forward).
+(kernels.decode_forward).  How many splits, and every other launch argument that follows
+from the call's shapes rather than its values, is the call's launch plan (kernels.decode_plan).
+A decode loop calls with one signature step after step: the plan, and the checks of the
+tensors' shapes, dtypes and devices (_checked_layout), are worked out once per signature, so
+that a step's host time is little more than its other checks, allocations and launches.
 
 Validation reuses kernels.validation, allocation kernels.allocation (the scratch too, so
 poisoned outputs show every element a program leaves unwritten), launching kernels.launch
@@ -17,17 +21,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
 
 import torch
-import triton
 
 from .allocation import new_output
 from .decode_cache import append_kernel
 from .decode_forward import decode_merge_kernel, decode_split_kernel
+from .decode_plan import launch_plan
 from .flash import contiguous
-from .launch import head_dim_bound, launch, launch_kwargs, launches_on_device, padded_head_dim
+from .launch import ceil_div, head_dim_bound, launch, launches_on_device, padded_head_dim
 from .problem import resolve_window, score_arguments
-from .targets import current_target, interpreting
+from .targets import Target, current_target
+from .tuning import record_launch
 from .validation import (
     DTYPE_NAMES,
     FP8,
@@ -50,24 +57,22 @@ from .validation import (
     check_window_size,
 )
 
-# The most splits the heuristic picks (num_splits=0): past that the merge's reads cost more
-# than the programs they buy.
-MAX_SPLITS = 16
-# The processors the heuristic fills where no GPU answers: Triton's CPU interpreter (a
-# stand-in that still gives a small batch several splits, so that path is the one tested)
-# and compile-only launches (CPU tensors standing in for a GPU's).
-STAND_IN_PROCESSORS = 8
+# window_size's default, no window: the one window a call need not check (it is the default
+# object itself, not any equal pair).
+NO_WINDOW = (-1, -1)
 # New tokens per program of the append: a copy, no table of its own.
 APPEND_TOKENS = 16
 _CACHE_AXES = "(batch, seqlen_cache, kv_heads, head_dim) or, paged, (num_pages, page_size, kv_heads, head_dim)"
 
 
-@dataclass(frozen=True, eq=False)
+# Not frozen: a frozen dataclass's __init__ sets each of these fields through object.__setattr__,
+# ~5 us a call, a decode step's host time; nothing changes a problem once it is made.
+@dataclass(eq=False, slots=True)
 class DecodeProblem:
     """One validated call: shapes; the block table (B, max_pages) int32 and page size the
     kernels address the cache by; the context lengths L_b (int32 on the device, and the
     capacity per sequence, which bounds them: the host never reads the lengths); the mask and
-    score options as kernels.problem resolves them; the fp8 scales."""
+    score options as kernels.problem resolves them; the fp8 scales; the target it launches to."""
 
     batch: int
     heads: int
@@ -86,6 +91,7 @@ class DecodeProblem:
     descales: tuple[float, float]
     dequantize: bool
     num_splits: int
+    target: Target
 
     @property
     def group(self) -> int:
@@ -106,7 +112,7 @@ class DecodeProblem:
                     ALIBI=self.alibi_slopes is not None, DEQUANTIZE=self.dequantize)
 
 
-def _check_tensors(q, k_cache, v_cache) -> None:
+def _check_tensors(q, k_cache, v_cache, target: Target) -> None:
     """q (B, Sq, H, D) in fp16/bf16/fp32 on the target's device; the caches 4-D, alike, in
     q's dtype or fp8 (where the target converts fp8), one head dim, kv heads dividing H."""
     check_tensor("q", q, rank=4, dtypes=HIGH_PRECISION, axes="(batch, seqlen_q, heads, head_dim)")
@@ -114,7 +120,6 @@ def _check_tensors(q, k_cache, v_cache) -> None:
         check_tensor(name, cache, rank=4, dtypes=DTYPE_NAMES, axes=_CACHE_AXES)
     check_same({"q": q, "k_cache": k_cache, "v_cache": v_cache}, "device")
     check_same({"k_cache": k_cache, "v_cache": v_cache}, "dtype")
-    target = current_target()
     if launches_on_device():
         check_device("q", q, target)
     check_dtype_supported("q", q, target)
@@ -145,20 +150,90 @@ def _check_cache_dtype(cache_dtype: torch.dtype, q_dtype: torch.dtype, target) -
                         f"({', '.join(str(d) for d in FP8)}), got {cache_dtype}")
 
 
-def _cache_table(k_cache, block_table, batch: int, device) -> tuple[torch.Tensor, int, int, bool]:
-    """(block table, page size, capacity per sequence, paged): a contiguous cache is one page
-    of Smax positions per sequence, sequence b's page b."""
+def _cache_pages(k_cache, block_table, batch: int, device) -> tuple[int, int, bool]:
+    """(page size, capacity per sequence, paged): a contiguous cache is one page of Smax
+    positions per sequence, sequence b's page b (_contiguous_table)."""
     if block_table is None:
         if k_cache.shape[0] != batch:
             raise ValueError(f"k_cache: expected batch size {batch} (from q) for a contiguous cache, "
                              f"got {k_cache.shape[0]} (pass block_table for a paged one)")
-        table = torch.arange(batch, dtype=torch.int32, device=device)[:, None]
-        return table, max(k_cache.shape[1], 1), k_cache.shape[1], False
+        return max(k_cache.shape[1], 1), k_cache.shape[1], False
     check_block_table(block_table, batch, device)
     page_size = k_cache.shape[1]
     if page_size == 0:
         raise ValueError("k_cache: expected pages of at least one position, got page_size 0")
-    return block_table, page_size, block_table.shape[1] * page_size, True
+    return page_size, block_table.shape[1] * page_size, True
+
+
+class _Layout(NamedTuple):
+    """What the checks of the tensors' shapes, dtypes and devices find (_check_layout)."""
+
+    batch: int
+    seq_q: int
+    heads: int
+    head_dim: int
+    kv_heads: int
+    page_size: int
+    capacity: int
+    paged: bool
+    appended: int
+
+
+def _check_layout(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, target: Target) -> _Layout:
+    """The tensors' checks, in the order the arguments are checked: q and the caches, the block
+    table, the new tokens, the lengths."""
+    _check_tensors(q, k_cache, v_cache, target)
+    batch, seq_q, heads, head_dim = q.shape
+    kv_heads, device = k_cache.shape[2], q.device
+    page_size, capacity, paged = _cache_pages(k_cache, block_table, batch, device)
+    appended = seq_q if check_new_kv(k_new, v_new, (batch, seq_q, kv_heads, head_dim), k_cache.dtype, device) else 0
+    check_cache_seqlens(cache_seqlens, batch, device)
+    return _Layout(batch, seq_q, heads, head_dim, kv_heads, page_size, capacity, paged, appended)
+
+
+# Layouts that passed _check_layout, by everything it reads (_signature): a decode loop passes
+# tensors of one signature step after step, and the forty-odd type, shape, dtype and device
+# checks cost more host time than looking their signature up.  A signature not seen before
+# (anything changed, a bad argument) is checked in full, so every error is raised as it was.
+# Emptied when full.
+_CHECKED_LAYOUTS: dict[tuple, _Layout] = {}
+_LAYOUTS_KEPT = 256
+
+
+def _signature(tensors: tuple, target: Target) -> tuple:
+    """What _check_layout reads of `tensors` (q first): each one's shape, dtype and device (its
+    type where it is no tensor), whether q would need a backward, the target, and whether
+    launches go to the device."""
+    q = tensors[0]
+    needs_grad = isinstance(q, torch.Tensor) and q.requires_grad and torch.is_grad_enabled()
+    return (*[(t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t) for t in tensors],
+            needs_grad, target, launches_on_device())
+
+
+def _checked_layout(tensors: tuple, target: Target) -> _Layout:
+    """_check_layout(*tensors, target), once per signature."""
+    signature = _signature(tensors, target)
+    layout = _CHECKED_LAYOUTS.get(signature)
+    if layout is None:
+        layout = _check_layout(*tensors, target)
+        if len(_CHECKED_LAYOUTS) >= _LAYOUTS_KEPT:
+            _CHECKED_LAYOUTS.clear()
+        _CHECKED_LAYOUTS[signature] = layout
+    return layout
+
+
+def _contiguous_table(batch: int, device: torch.device) -> torch.Tensor:
+    """[[0], [1], ..., [B - 1]] int32 on `device`: made once per (batch, device), since the
+    kernels only read it -- but while a CUDA graph is being captured, made afresh (a tensor
+    made then holds its values only once the graph runs)."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return _arange_table.__wrapped__(batch, device)
+    return _arange_table(batch, device)
+
+
+@lru_cache(maxsize=16)
+def _arange_table(batch: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(batch, dtype=torch.int32, device=device)[:, None]
 
 
 def _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, window_size,
@@ -166,66 +241,32 @@ def _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_n
                      check_values: bool) -> DecodeProblem:
     """Every argument, before anything is launched (kernels.validation's checks); the values of
     cache_seqlens and block_table only with `check_values` (one read back to the host)."""
-    _check_tensors(q, k_cache, v_cache)
-    batch, seq_q, heads, head_dim = q.shape
-    kv_heads, device = k_cache.shape[2], q.device
-    table, page_size, capacity, paged = _cache_table(k_cache, block_table, batch, device)
-    appended = seq_q if check_new_kv(k_new, v_new, (batch, seq_q, kv_heads, head_dim), k_cache.dtype, device) else 0
-    check_cache_seqlens(cache_seqlens, batch, device)
+    target = current_target()
+    batch, seq_q, heads, head_dim, kv_heads, page_size, capacity, paged, appended = _checked_layout(
+        (q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new), target)
+    device = q.device
+    table = block_table if paged else _contiguous_table(batch, device)
     check_flag("check_values", check_values)
     if check_values:
         check_cache_values(cache_seqlens, appended, capacity, table if paged else None, k_cache.shape[0], page_size)
     check_flag("causal", causal)
-    causal, band = resolve_window(check_window_size(window_size), causal, seq_q, capacity)
+    window = NO_WINDOW if window_size is NO_WINDOW else check_window_size(window_size)
+    causal, band = resolve_window(window, causal, seq_q, capacity)
     slopes = contiguous(check_alibi_slopes(alibi_slopes, batch, heads, device))
-    descales = tuple(check_descale(name, descale, k_cache.dtype)
-                     for name, descale in (("k_descale", k_descale), ("v_descale", v_descale)))
+    descales = (check_descale("k_descale", k_descale, k_cache.dtype),
+                check_descale("v_descale", v_descale, k_cache.dtype))
     return DecodeProblem(batch, heads, kv_heads, seq_q, head_dim, table, page_size,
                          cache_seqlens + appended if appended else cache_seqlens.contiguous(), capacity, causal, band,
                          check_optional_softcap(softcap), slopes,
                          1.0 / math.sqrt(head_dim) if sm_scale is None else check_sm_scale(sm_scale),
-                         descales, k_cache.dtype in FP8, check_num_splits(num_splits))
-
-
-def processors(device: torch.device) -> int:
-    """How many programs the device runs at once, one per multiprocessor (CU on AMD): what
-    the split heuristic fills; STAND_IN_PROCESSORS where no GPU answers."""
-    if launches_on_device() and device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return STAND_IN_PROCESSORS
-
-
-def split_count(requested: int, programs: int, capacity: int, block_n: int, available: int) -> int:
-    """The splits of every sequence's keys: `requested` where >= 1; else (0) enough that the
-    `programs` without splits, times the splits, fill the `available` processors once, at
-    most MAX_SPLITS and at most the key tiles of the cache's capacity per sequence (a split of
-    at least one tile where a sequence fills it; the lengths themselves stay on the device),
-    at least 1."""
-    if requested:
-        return requested
-    return max(1, min(MAX_SPLITS, triton.cdiv(available, max(programs, 1)), triton.cdiv(capacity, block_n)))
-
-
-def row_tile(rows: int, block_m: int) -> int:
-    """BLOCK_M of a program: the table's, or fewer where a (sequence, kv head) has fewer rows
-    (a power of two >= 16, tl.dot's least); a smaller tile never takes more shared memory or
-    registers than the table's, which is what each target's table was fitted to."""
-    return min(block_m, max(16, triton.next_power_of_2(rows)))
-
-
-def _split_launch(problem: DecodeProblem, block_d: int, dtype: torch.dtype) -> dict:
-    cfg = launch_kwargs("decode_split", block_d, dtype)
-    if problem.dequantize:
-        # Head slices are multiplied as stored; an fp8 cache is dequantised on whole tiles.
-        cfg.pop("HEAD_CHUNK", None)
-    return {**cfg, "BLOCK_M": row_tile(problem.rows, cfg["BLOCK_M"])}
+                         descales, k_cache.dtype in FP8, check_num_splits(num_splits), target)
 
 
 def _append(k_new, v_new, k_cache, v_cache, cache_seqlens, problem: DecodeProblem, block_d: int) -> None:
     """k_new, v_new written to the cache at positions cache_seqlens[b] .. + Sq - 1, in place."""
     if k_new.numel() == 0:
         return
-    launch(append_kernel, triton.cdiv(problem.seq_q, APPEND_TOKENS), problem.batch * problem.kv_heads,
+    launch(append_kernel, ceil_div(problem.seq_q, APPEND_TOKENS), problem.batch * problem.kv_heads,
            k_new, v_new, k_cache, v_cache, problem.block_table, cache_seqlens,
            *k_new.stride(), *v_new.stride(), *k_cache.stride(), *v_cache.stride(), *problem.block_table.stride(),
            problem.kv_heads, problem.seq_q, problem.page_size, head_dim_bound(problem.head_dim, block_d),
@@ -234,40 +275,36 @@ def _append(k_new, v_new, k_cache, v_cache, cache_seqlens, problem: DecodeProble
 
 def _attend(q, k_cache, v_cache, problem: DecodeProblem):
     """out (B, Sq, H, D) like q, lse (B, H, Sq) fp32: the splits, then their merge."""
-    batch, kv_heads, rows = problem.batch, problem.kv_heads, problem.rows
+    kv_heads, interpreted, batch_heads = problem.kv_heads, problem.target.interpreted, problem.batch * problem.kv_heads
     out = new_output(q.shape, q.dtype, q.device)
-    lse = new_output((batch, problem.heads, problem.seq_q), torch.float32, q.device)
+    lse = new_output((problem.batch, problem.heads, problem.seq_q), torch.float32, q.device)
     if out.numel() == 0:
         return out, lse
-    block_d = padded_head_dim(problem.head_dim, q.dtype)
-    cfg = _split_launch(problem, block_d, q.dtype)
-    row_tiles = triton.cdiv(rows, cfg["BLOCK_M"])
-    splits = split_count(problem.num_splits, batch * kv_heads * row_tiles, problem.capacity, cfg["BLOCK_N"],
-                         processors(q.device))
+    plan = launch_plan(q.dtype, problem.head_dim, batch_heads, problem.rows, problem.capacity, problem.num_splits,
+                       problem.dequantize, q.device, problem.target)
     # Scratch (B, Hkv, splits, rows, D) and (B, Hkv, splits, rows), fp32: every element is
     # written by the program of its (row tile, split), an empty split's too (0, -inf).
-    partial_out = new_output((batch * kv_heads * splits, rows, problem.head_dim), torch.float32, q.device)
-    partial_lse = new_output((batch * kv_heads * splits, rows), torch.float32, q.device)
+    partial_out = new_output(plan.scratch, torch.float32, q.device)
+    partial_lse = new_output(plan.scratch[:2], torch.float32, q.device)
     partial_strides = (*partial_out.stride(), partial_lse.stride(0))
-    launch(decode_split_kernel, row_tiles * splits, batch * kv_heads,
+    record_launch("decode_split", plan.split_config)
+    launch(decode_split_kernel, plan.split_blocks, batch_heads,
            q, k_cache, v_cache, problem.block_table, problem.context_lens, partial_out, partial_lse,
            problem.sm_scale, *problem.descales,
            *q.stride(), *k_cache.stride(), *v_cache.stride(), *problem.block_table.stride(), *partial_strides,
-           kv_heads, problem.group, problem.seq_q, problem.page_size, head_dim_bound(problem.head_dim, block_d, cfg),
-           splits, *problem.score_args(),
-           BLOCK_D=block_d, INTERPRETED=interpreting(), **problem.kernel_flags(), **cfg)
-
-    merge = launch_kwargs("decode_merge", block_d, q.dtype, tiles=("BLOCK_M",))
-    merge["BLOCK_M"] = row_tile(rows, merge["BLOCK_M"])
-    launch(decode_merge_kernel, triton.cdiv(rows, merge["BLOCK_M"]), batch * kv_heads,
+           kv_heads, problem.group, problem.seq_q, problem.page_size, plan.split_head_dim, plan.splits,
+           *problem.score_args(),
+           BLOCK_D=plan.block_d, INTERPRETED=interpreted, **problem.kernel_flags(), **plan.split)
+    record_launch("decode_merge", plan.merge_config)
+    launch(decode_merge_kernel, plan.merge_blocks, batch_heads,
            partial_out, partial_lse, out, lse, *partial_strides, *out.stride(), *lse.stride(),
-           kv_heads, problem.group, problem.seq_q, head_dim_bound(problem.head_dim, block_d), splits,
-           BLOCK_D=block_d, INTERPRETED=interpreting(), **merge)
+           kv_heads, problem.group, problem.seq_q, plan.merge_head_dim, plan.splits,
+           BLOCK_D=plan.block_d, INTERPRETED=interpreted, **plan.merge)
     return out, lse
 
 
 def kv_cache_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, k_new=None, v_new=None,
-                       causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, sm_scale=None,
+                       causal=False, window_size=NO_WINDOW, softcap=0.0, alibi_slopes=None, sm_scale=None,
                        num_splits=0, return_log_normalizer=False, k_descale=None, v_descale=None,
                        check_values=True):
     """Attention of new query tokens to a KV cache, FlashAttention-2's flash_attn_with_kvcache.
@@ -289,7 +326,7 @@ def kv_cache_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, 
         sequence: query token i sees key j < L_b, with causal j <= i + L_b - seqlen_q; a window
         (left, right) (-1 unbounded) i + L_b - seqlen_q - left <= j <= i + L_b - seqlen_q + right;
         softcap 0 is no cap; ALiBi slopes (heads,) or (batch, heads) fp32.
-    num_splits: 0 lets the kernel choose (kv_cache.split_count); n >= 1 splits every sequence's
+    num_splits: 0 lets the kernel choose (decode_plan.split_count); n >= 1 splits every sequence's
         keys into n runs of whole key tiles, merged by log-sum-exp.
     return_log_normalizer: also return lse (batch, heads, seqlen_q) fp32.
     check_values: check cache_seqlens' and block_table's values before launching (a length

@@ -24,13 +24,27 @@ from .validation import DTYPE_NAMES, FP8
 MAX_GRID_BATCH_HEADS = 65535
 
 
+# Host-side integer arithmetic for grids and tiles.  triton.cdiv and triton.next_power_of_2
+# are ConstexprFunctions (triton 3.9): a call from Python goes through their constexpr
+# unwrapping, ~5 us each, which a decode step's host time feels.  Kernels keep tl.cdiv.
+def ceil_div(numerator: int, denominator: int) -> int:
+    """ceil(numerator / denominator) of ints (denominator > 0): triton.cdiv on the host."""
+    return -(-numerator // denominator)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1): triton.next_power_of_2 on the host
+    (which gives 0 for 0)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
 def padded_head_dim(head_dim: int, dtype: torch.dtype) -> int:
     """BLOCK_D: tl.arange and tl.dot need a power of two >= 16 (>= 32 for 8-bit
     operands: fp8 MMA instructions consume K in steps of 32, and Triton refuses a
     16-wide fp8 dot); padding lanes are masked on load and store and are 0 in every
     product, so 96, 192 and padded fp8 dims are exact."""
     smallest = 32 if dtype in FP8 else 16
-    return max(smallest, triton.next_power_of_2(head_dim))
+    return max(smallest, next_power_of_2(head_dim))
 
 
 def head_dim_bound(head_dim: int, block_d: int, launch: dict | None = None) -> int | None:
@@ -53,16 +67,24 @@ def launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype, tiles=("BLOCK_M
     HEAD_CHUNK is passed where the table slices the head dim (only the kernels whose
     tables set it take it)."""
     cfg = launch_config(kernel, block_d, DTYPE_NAMES[dtype], variant=variant)
-    sizes = {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n}
-    kwargs = {**{name: sizes[name] for name in tiles}, **cfg.options()}
-    head_chunk = sliced_head(cfg, block_d, dtype)
-    if head_chunk:
-        kwargs["HEAD_CHUNK"] = head_chunk  # kernels.head_slices
+    kwargs = config_kwargs(cfg, block_d, dtype, tiles)
     if streamed is not None:
         kwargs["DESCRIPTORS"] = cfg.descriptors and descriptors_allowed(streamed)
         if kwargs["DESCRIPTORS"] and launches_on_device() and not current_target().interpreted:
             ensure_scratch_allocator()
     record_launch(kernel, replace(cfg, descriptors=kwargs.get("DESCRIPTORS", False)))
+    return kwargs
+
+
+def config_kwargs(cfg, block_d: int, dtype: torch.dtype, tiles=("BLOCK_M", "BLOCK_N")) -> dict:
+    """What a launch with configuration `cfg` passes, but DESCRIPTORS: the tile sizes named
+    in `tiles`, num_warps, num_stages, the backend's knobs, and HEAD_CHUNK where `cfg`
+    slices the head dim (launch_kwargs without the table look-up and its record)."""
+    sizes = {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n}
+    kwargs = {**{name: sizes[name] for name in tiles}, **cfg.options()}
+    head_chunk = sliced_head(cfg, block_d, dtype)
+    if head_chunk:
+        kwargs["HEAD_CHUNK"] = head_chunk  # kernels.head_slices
     return kwargs
 
 
@@ -127,6 +149,9 @@ def launches_on_device() -> bool:
 def launch(kernel, blocks: int, batch_heads: int, *args, **kwargs) -> None:
     """kernel[(blocks, n)](*args, first_batch_head=..., **kwargs), in as many launches
     of n <= MAX_GRID_BATCH_HEADS slices as it takes to cover `batch_heads`."""
+    if 0 < batch_heads <= MAX_GRID_BATCH_HEADS:  # one launch, the usual case, without the loop
+        _launcher(kernel, (blocks, batch_heads), *args, first_batch_head=0, **kwargs)
+        return
     for first in range(0, batch_heads, MAX_GRID_BATCH_HEADS):
         count = min(MAX_GRID_BATCH_HEADS, batch_heads - first)
         _launcher(kernel, (blocks, count), *args, first_batch_head=first, **kwargs)

@@ -31,7 +31,7 @@ KERNELS = ("fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq", "total")
 
 # Roles a table set may leave out, and the role whose tables (its dtype tables too) they
 # then take.  kv_cache_attention's split kernel streams key tiles against a query tile as
-# the forward does, with at most its rows (kernels.kv_cache.row_tile), one gathered address
+# the forward does, with at most its rows (kernels.decode_plan.row_tile), one gathered address
 # per key more, and no descriptors: the forward's tiles, fitted to each family's shared
 # memory and registers, fit it too.  Its merge reads [rows, D] fp32 tiles and sums them, as
 # the delta pre-pass does.  Untuned: no set has tables of its own for them yet.

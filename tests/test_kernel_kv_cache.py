@@ -14,7 +14,7 @@ from conformance.backends import activate
 PROFILE = activate()  # must precede `import kernels` (sets TRITON_INTERPRET=1 on CPU)
 
 from conformance.bundled import kernels  # noqa: E402
-from conformance.bundled.kernels import kv_cache, tuning, tuning_space  # noqa: E402
+from conformance.bundled.kernels import decode_plan, tuning, tuning_space  # noqa: E402
 from conformance.bundled.kernels import launch as kernels_launch  # noqa: E402
 from conformance.bundled.kernels.targets import INTERPRETER, Target  # noqa: E402
 from conformance.bundled.mutants import registry  # noqa: E402
@@ -237,12 +237,56 @@ def test_strided_inputs_are_read_in_place_and_the_grid_splits_over_sequences_x_k
 
 
 def test_the_split_heuristic_fills_the_processors_within_its_bounds():
-    assert kv_cache.split_count(5, 64, 4000, 64, 132) == 5  # forced
-    assert kv_cache.split_count(0, 8, 4096, 64, 132) == 16  # capped
-    assert kv_cache.split_count(0, 32, 4096, 64, 132) == 5  # ceil(132 / 32)
-    assert kv_cache.split_count(0, 2, 40, 16, 8) == 3  # a split holds a key tile at least
-    assert kv_cache.split_count(0, 200, 4096, 64, 132) == 1
-    assert kv_cache.split_count(0, 2, 0, 16, 8) == 1  # no key anywhere
+    waves = decode_plan.PROGRAMS_PER_PROCESSOR
+    assert decode_plan.split_count(5, 64, 4000, 64, 132) == 5  # forced
+    assert decode_plan.split_count(0, 2, 1 << 20, 64, 132) == decode_plan.MAX_SPLITS  # capped
+    assert decode_plan.split_count(0, 32, 1 << 20, 64, 132) == math.ceil(waves * 132 / 32)
+    assert decode_plan.split_count(0, 2, 40, 16, 8) == 3  # a split holds a key tile at least
+    assert decode_plan.split_count(0, waves * 132, 4096, 64, 132) == 1  # the programs fill the processors alone
+    assert decode_plan.split_count(0, 2, 0, 16, 8) == 1  # no key anywhere
+
+
+def test_one_long_sequence_gives_every_processor_several_programs():
+    """B 1 with 8 kv heads and a 128k cache on an H100's 132 SMs (one row tile: Sq 1, GQA 4):
+    PROGRAMS_PER_PROCESSOR programs per SM, within MAX_SPLITS -- not one program per SM, which
+    read at 35 % of the copy bandwidth (reports/h100-sm90/kv-cache)."""
+    splits = decode_plan.split_count(0, 1 * 8, 131072, 64, 132)
+    assert splits == min(decode_plan.MAX_SPLITS, math.ceil(decode_plan.PROGRAMS_PER_PROCESSOR * 132 / 8))
+    assert decode_plan.PROGRAMS_PER_PROCESSOR >= 4 and decode_plan.MAX_SPLITS >= 64
+    assert 8 * splits >= 3.5 * 132
+
+
+def test_a_launch_plan_is_made_once_per_signature_and_follows_the_tables(monkeypatch):
+    """The second call of a signature reuses its plan; an override of the split kernel's
+    configuration (as a sweep sets) makes a new one, which the launch records."""
+    args = valid_arguments(paged=True)
+    expected = kernels.kv_cache_attention(**args)
+    decode_plan._plan.cache_clear()
+    for _ in range(3):
+        assert torch.equal(bits(kernels.kv_cache_attention(**args)), bits(expected))
+    assert decode_plan._plan.cache_info().misses == 1
+    config = tuning.LaunchConfig(16, 32)
+    monkeypatch.setitem(tuning.OVERRIDES, "decode_split", config)
+    with tuning.recorded_launches() as launched:
+        out = kernels.kv_cache_attention(**args)
+    assert decode_plan._plan.cache_info().misses == 2
+    assert launched["decode_split"] == config and "decode_merge" in launched
+    assert torch.allclose(out.float(), expected.float(), atol=1e-2)  # key tiles of 32: other splits, one result
+
+
+def test_the_checks_of_a_signature_seen_before_still_refuse_what_changed():
+    """Shapes, dtypes and devices checked once per signature: a call that changes any of them
+    is checked again, with the same error."""
+    args = valid_arguments()
+    kernels.kv_cache_attention(**args)
+    with pytest.raises(TypeError, match="^k_cache: "):
+        kernels.kv_cache_attention(**{**args, "k_cache": args["k_cache"].float(), "v_cache": args["v_cache"].float()})
+    with pytest.raises(ValueError, match="^q: "):
+        kernels.kv_cache_attention(**{**args, "q": args["q"].clone().requires_grad_()})
+    with torch.no_grad():
+        kernels.kv_cache_attention(**{**args, "q": args["q"].clone().requires_grad_()})
+    with pytest.raises(ValueError, match="^cache_seqlens: "):
+        kernels.kv_cache_attention(**{**args, "cache_seqlens": args["cache_seqlens"][:1]})
 
 
 FAMILIES = [INTERPRETER, Target("cuda", 80, 32), Target("cuda", 90, 32), Target("cuda", 120, 32),
