@@ -189,11 +189,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("alibi_top_left",
            "ALiBi distance aligned top-left: bias from |i - j| instead of |i + Sk - Sq - j| "
            "(wrong only when Sq != Sk)",
-           (Edit(_SCORES, "diagonal = (rows + (seq_k - seq_q)).to(tl.float32)",
-                 "diagonal = rows.to(tl.float32)"),)),
+           (Edit(_SCORES, "distance = tl.abs(rows[:, None] + (seq_k - seq_q) - cols[None, :])",
+                 "distance = tl.abs(rows[:, None] - cols[None, :])"),)),
     Mutant("alibi_bias_added",
            "ALiBi sign: the bias slope * distance is added to the scores instead of subtracted",
-           (Edit(_SCORES, "return slope * distance", "return -slope * distance"),)),
+           (Edit(_SCORES, "return slope * distance.to(tl.float32)", "return -slope * distance.to(tl.float32)"),)),
     Mutant("varlen_keys_of_next_sequence",
            "varlen: the forward reads sequence b's keys from its neighbour's offset cu_seqlens_k[b + 1] "
            "(values and lengths from its own; the last sequence reads past the end of k)",
