@@ -14,10 +14,10 @@ all, never comes here: those run the plain kernels (blocks.visible, off_band_end
 Cost grows with the band, not with Sk: each program visits only the tiles some row (or,
 in the dK/dV kernel, some key) of its tile can see, and among those runs the tiles that
 every row sees whole without a mask, as the causal kernels do off the diagonal.  Every
-helper returns tile bounds as (first, unmasked_start, unmasked_end, end): the loops run
-[first, unmasked_start) masked, [unmasked_start, unmasked_end) unmasked, [unmasked_end,
-end) masked, in ascending order, so the split changes no sum.  first, unmasked_start and
-unmasked_end are multiples of the tile size (or equal to end, where no tile follows).
+helper returns tile bounds as (first, unmasked_start, unmasked_end, end): one loop runs the
+tiles [first, end) in ascending order, and masks only those outside [unmasked_start,
+unmasked_end) (masked_at_band_edges).  first, unmasked_start and unmasked_end are
+multiples of the tile size (or equal to end, where no tile follows).
 """
 
 import triton
