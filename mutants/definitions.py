@@ -185,7 +185,8 @@ MUTANTS: tuple[Mutant, ...] = (
                  'tanh = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [raw * (sm_scale / softcap)], '
                  "dtype=tl.float32, is_pure=True, pack=1)\n"
                  "        cap_slope = 1.0 - tanh * tanh"),),
-           interpreter_unreachable="inline PTX: NVIDIA GPUs only, the interpreter runs no assembly"),
+           interpreter_unreachable="inline PTX: NVIDIA GPUs only, the interpreter runs no assembly",
+           backends=("cuda",)),
     Mutant("alibi_top_left",
            "ALiBi distance aligned top-left: bias from |i - j| instead of |i + Sk - Sq - j| "
            "(wrong only when Sq != Sk)",

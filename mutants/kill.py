@@ -82,6 +82,11 @@ def hunt(name: str, tier: str, backend: str | None = None, max_kills: int = 1, s
     line = {"kind": "mutant", "case": f"mutant.{name}", "mutant": name, "fault": mutant.fault,
             "files": list(mutant.files), "backend": profile.key, "tier_asked": tier,
             "status": None, "verdict": None, "reason": "", "tier": None, "kills": [], "cases_run": {}}
+    if mutant.backends is not None and profile.name not in mutant.backends:
+        line.update(status=SURVIVED, verdict=verdicts.UNSUPPORTED,
+                    reason=f"not reachable on {profile.name}: the edit builds only for {', '.join(mutant.backends)}")
+        line["duration_s"] = round(time.perf_counter() - started, 2)
+        return line
     try:
         load(mutant)
     except PatternError as exc:

@@ -66,6 +66,10 @@ class Mutant:
     interpreter_unreachable: why the fault cannot show on Triton's CPU
         interpreter, if it cannot (e.g. a race: the interpreter runs programs
         one after another); None when the smoke tier must kill it.
+    backends: the backend families (conformance.backends' profile names: "cuda",
+        "hip", ...) whose compilers build the edit at all, e.g. one vendor's inline
+        assembly; None: every backend.  Elsewhere the kill table says it is
+        unreachable there instead of hunting it (its cases would only error).
     """
 
     name: str
@@ -73,6 +77,7 @@ class Mutant:
     edits: tuple[Edit, ...]
     counted: bool = True
     interpreter_unreachable: str | None = None
+    backends: tuple[str, ...] | None = None
 
     @property
     def package(self) -> str:

@@ -207,3 +207,16 @@ def test_a_mutant_whose_edit_no_longer_applies_is_reported_broken_not_killed(mon
     assert (line["status"], line["verdict"], line["kills"]) == ("broken", verdicts.ERROR, [])
     assert "this line was refactored away" in line["reason"]
     assert exit_status([line]) == 1
+
+
+def test_a_mutant_built_only_for_other_backends_is_unreachable_here_not_hunted(monkeypatch):
+    """One vendor's inline assembly (softcap_hardware_tanh's PTX) cannot build elsewhere: its
+    cases would only error, and a hunt would call it SURVIVED. It is reported unreachable."""
+    vendor_only = Mutant("vendor_only", "fault", (Edit("flash.py", "this is never applied", "x"),),
+                         backends=("hip",))
+    monkeypatch.setitem(kill.BY_NAME, "vendor_only", vendor_only)
+    line = kill.hunt("vendor_only", "smoke", "interpreter")
+    assert (line["verdict"], line["kills"], line["cases_run"]) == (verdicts.UNSUPPORTED, [], {})
+    assert "builds only for hip" in line["reason"]
+    assert exit_status([line]) == 0
+    assert BY_NAME["softcap_hardware_tanh"].backends == ("cuda",)
