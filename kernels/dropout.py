@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from .blocks import dropout_keep
-from .launch import launch
+from .launch import ceil_div, launch
 from .validation import check_dropout_p, check_dropout_seed
 
 _THRESHOLD_BITS = 31  # blocks.dropout_keep compares the top 31 random bits
@@ -121,7 +121,7 @@ def dropout_keep_mask(seed: int, p: float, batch: int, heads: int, seq_q: int, s
     if mask.numel() == 0:
         return mask.view(torch.bool)
     seed_lo, seed_hi, threshold, _ = params.kernel_args()
-    tiles = triton.cdiv(r1 - r0, _MASK_BLOCK) * triton.cdiv(k1 - k0 + k0 % 4, _MASK_BLOCK)
+    tiles = ceil_div(r1 - r0, _MASK_BLOCK) * ceil_div(k1 - k0 + k0 % 4, _MASK_BLOCK)
     launch(dropout_mask_kernel, tiles, bh1 - bh0, mask, *mask.stride(),
            seed_lo, seed_hi, threshold, bh0, r0, k0, r1 - r0, k1 - k0,
            BLOCK_M=_MASK_BLOCK, BLOCK_N=_MASK_BLOCK)

@@ -12,13 +12,12 @@ from __future__ import annotations
 import math
 
 import torch
-import triton
 
 from .allocation import new_forward_outputs, new_output, new_varlen_forward_outputs
 from .dropout import DropoutParams, dropout_keep_mask, dropout_params
 from .flash_backward import delta_kernel, dkdv_kernel, dq_kernel
 from .flash_forward import flash_forward_kernel
-from .launch import head_dim_bound, launch, launch_kwargs, launches_on_device, padded_head_dim
+from .launch import ceil_div, head_dim_bound, launch, launch_kwargs, launches_on_device, padded_head_dim
 from .problem import AttentionProblem, resolve_window
 from .targets import current_target, interpreting
 from .total_attention import total_attention_kernel
@@ -66,7 +65,7 @@ def _forward(q, k, v, problem: AttentionProblem):
                         streamed=(k, v))
     head_dim = head_dim_bound(problem.head_dim, block_d, cfg)  # None: no column masks
     drop_args, drop_flag = _dropout_kwargs(dropout)
-    launch(flash_forward_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,
+    launch(flash_forward_kernel, ceil_div(seq_q, cfg["BLOCK_M"]), batch * heads,
            q, k, v, out, lse, problem.sm_scale,
            *strides(q), *strides(k), *strides(v), *strides(out),
            heads, heads // kv_heads, seq_q, seq_k, head_dim, *drop_args, *problem.variant_args(),
@@ -90,7 +89,7 @@ def _backward(q, k, v, out, lse, do, problem: AttentionProblem):
 
     delta = torch.empty(lse.shape, dtype=torch.float32, device=q.device)  # lse's layout
     pre = launch_kwargs("bwd_preprocess", block_d, q.dtype, tiles=("BLOCK_M",))
-    launch(delta_kernel, triton.cdiv(seq_q, pre["BLOCK_M"]), batch * heads,
+    launch(delta_kernel, ceil_div(seq_q, pre["BLOCK_M"]), batch * heads,
            out, do, delta, *strides(out), *strides(do), heads, seq_q, head_dim, BLOCK_D=block_d,
            **problem.varlen_kwargs(), **pre)
 
@@ -101,13 +100,13 @@ def _backward(q, k, v, out, lse, do, problem: AttentionProblem):
                   **problem.variant_flags())
     variant_args = problem.variant_args()
     dkdv = launch_kwargs("bwd_dkdv", block_d, q.dtype, variant=problem.table_variant, streamed=(q, do))
-    launch(dkdv_kernel, triton.cdiv(seq_k, dkdv["BLOCK_N"]), batch * kv_heads,
+    launch(dkdv_kernel, ceil_div(seq_k, dkdv["BLOCK_N"]), batch * kv_heads,
            q, k, v, do, lse, delta, dk, dv, problem.sm_scale,
            *inputs, *strides(dk), *strides(dv),
            heads, kv_heads, group, seq_q, seq_k, head_dim_bound(problem.head_dim, block_d, dkdv),
            *drop_args, *variant_args, STAGES=dkdv["num_stages"], **common, **dkdv)
     dqk = launch_kwargs("bwd_dq", block_d, q.dtype, variant=problem.table_variant, streamed=(k, v))
-    launch(dq_kernel, triton.cdiv(seq_q, dqk["BLOCK_M"]), batch * heads,
+    launch(dq_kernel, ceil_div(seq_q, dqk["BLOCK_M"]), batch * heads,
            q, k, v, do, lse, delta, dq, problem.sm_scale,
            *inputs, *strides(dq), heads, group, seq_q, seq_k, head_dim_bound(problem.head_dim, block_d, dqk),
            *drop_args, *variant_args, STAGES=dqk["num_stages"], **common, **dqk)
@@ -126,7 +125,7 @@ def _total_attention(q, k, lse, problem: AttentionProblem) -> torch.Tensor:
     block_d = padded_head_dim(problem.head_dim, q.dtype)
     cfg = launch_kwargs("total", block_d, q.dtype)
     head_dim = head_dim_bound(problem.head_dim, block_d, cfg)  # None: no column masks
-    launch(total_attention_kernel, triton.cdiv(seq_k, cfg["BLOCK_N"]), batch * heads,
+    launch(total_attention_kernel, ceil_div(seq_k, cfg["BLOCK_N"]), batch * heads,
            q, k, lse, total, problem.sm_scale, *q.stride(), *k.stride(),
            heads, heads // kv_heads, seq_q, seq_k, head_dim, *problem.score_args(),
            CAUSAL=problem.causal, BLOCK_D=block_d, INTERPRETED=interpreting(), **problem.score_flags(), **cfg)

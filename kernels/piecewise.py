@@ -16,11 +16,10 @@ import math
 import re
 
 import torch
-import triton
 
 from .allocation import new_forward_outputs, new_output
 from .flash_backward import delta_kernel
-from .launch import head_dim_bound, launch, launch_kwargs, launches_on_device, padded_head_dim
+from .launch import ceil_div, head_dim_bound, launch, launch_kwargs, launches_on_device, padded_head_dim
 from .targets import current_target, interpreting
 from .piecewise_backward import piecewise_dkdv_kernel, piecewise_dq_kernel
 from .piecewise_forward import piecewise_forward_kernel
@@ -54,7 +53,7 @@ def _forward(q1, k1, q2, k2, v, threshold: int, causal: bool, scale: float):
     block_d = padded_head_dim(head_dim, q1.dtype)
     cfg = _launch_kwargs("fwd", block_d, q1.dtype)
     head_dim = head_dim_bound(head_dim, block_d, cfg)  # None: no column masks
-    launch(piecewise_forward_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,
+    launch(piecewise_forward_kernel, ceil_div(seq_q, cfg["BLOCK_M"]), batch * heads,
            q1, k1, q2, k2, v, out, lse, scale, threshold,
            *q1.stride(), *k1.stride(), *q2.stride(), *k2.stride(), *v.stride(), *out.stride(),
            heads, heads // kv_heads, seq_q, seq_k, head_dim,
@@ -67,7 +66,7 @@ def _delta(out, do, block_d: int):
     batch, heads, seq_q, head_dim = out.shape
     delta = torch.empty((batch, heads, seq_q), dtype=torch.float32, device=out.device)
     pre = _launch_kwargs("bwd_preprocess", block_d, out.dtype, tiles=("BLOCK_M",))
-    launch(delta_kernel, triton.cdiv(seq_q, pre["BLOCK_M"]), batch * heads,
+    launch(delta_kernel, ceil_div(seq_q, pre["BLOCK_M"]), batch * heads,
            out, do, delta, *out.stride(), *do.stride(), heads, seq_q, head_dim_bound(head_dim, block_d),
            BLOCK_D=block_d, **pre)
     return delta
@@ -90,11 +89,11 @@ def _backward(saved, do, threshold: int, causal: bool, scale: float):
     group = heads // kv_heads
 
     cfg = _launch_kwargs("bwd_dkdv", block_d, q1.dtype)
-    launch(piecewise_dkdv_kernel, triton.cdiv(seq_k, cfg["BLOCK_N"]), batch * kv_heads,
+    launch(piecewise_dkdv_kernel, ceil_div(seq_k, cfg["BLOCK_N"]), batch * kv_heads,
            *tensors, dk1, dk2, dv, scale, threshold, *strides, *dk1.stride(),
            heads, kv_heads, group, seq_q, seq_k, head_dim_bound(head_dim, block_d, cfg), **common, **cfg)
     cfg = _launch_kwargs("bwd_dq", block_d, q1.dtype)
-    launch(piecewise_dq_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,
+    launch(piecewise_dq_kernel, ceil_div(seq_q, cfg["BLOCK_M"]), batch * heads,
            *tensors, dq1, dq2, scale, threshold, *strides, *dq1.stride(),
            heads, group, seq_q, seq_k, head_dim_bound(head_dim, block_d, cfg), **common, **cfg)
     return dq1, dk1, dq2, dk2, dv

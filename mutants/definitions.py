@@ -29,8 +29,8 @@ _RACE_EDITS = (
          "    dk = new_output(k.shape, k.dtype, k.device)\n    dv = new_output(v.shape, v.dtype, v.device)\n",
          "    dk = torch.zeros(k.shape, dtype=torch.float32, device=k.device)\n"
          "    dv = torch.zeros(v.shape, dtype=torch.float32, device=v.device)\n"),
-    Edit("flash.py", 'launch(dkdv_kernel, triton.cdiv(seq_k, dkdv["BLOCK_N"]), batch * kv_heads,',
-         'launch(dkdv_kernel, triton.cdiv(seq_k, dkdv["BLOCK_N"]), batch * heads,'),
+    Edit("flash.py", 'launch(dkdv_kernel, ceil_div(seq_k, dkdv["BLOCK_N"]), batch * kv_heads,',
+         'launch(dkdv_kernel, ceil_div(seq_k, dkdv["BLOCK_N"]), batch * heads,'),
     Edit("flash.py", "    return dq, dk, dv\n", "    return dq, dk.to(k.dtype), dv.to(v.dtype)\n"),
     Edit(_BACKWARD, "block_n, _, batch, kv_head, _ = program_coordinates(num_kv_heads, 1, first_batch_head)",
          "block_n, _, batch, own_head, kv_head = program_coordinates(num_heads, group_size, first_batch_head)"),
@@ -134,7 +134,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("last_query_tile_unwritten",
            "forward grid rounded down: the last, partial query tile is never computed (its rows keep "
            "the NaN the harness poisons new outputs with)",
-           (Edit("flash.py", 'launch(flash_forward_kernel, triton.cdiv(seq_q, cfg["BLOCK_M"]), batch * heads,',
+           (Edit("flash.py", 'launch(flash_forward_kernel, ceil_div(seq_q, cfg["BLOCK_M"]), batch * heads,',
                  'launch(flash_forward_kernel, max(1, seq_q // cfg["BLOCK_M"]), batch * heads,'),)),
     Mutant("running_max_starts_at_zero",
            "online softmax: the running max starts at 0 instead of -inf (exact for ordinary scores; "
