@@ -38,7 +38,7 @@ if not __package__ and (ROOT / "conformance").is_dir() and str(ROOT) not in sys.
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from conformance.bundled.benchmarks.variants import varlen_lengths, visible_pairs  # noqa: E402
+from conformance.bundled.benchmarks.variants import varlen_lengths, varlen_offsets, visible_pairs  # noqa: E402
 from conformance.bundled import kernels  # noqa: E402
 from conformance.bundled.kernels import targets, tuning  # noqa: E402
 
@@ -62,7 +62,7 @@ class Shape:
     def call(self, q, k, v):
         if self.varlen:
             lengths = varlen_lengths(self.seq_len)
-            offsets = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=q.device)
+            offsets = varlen_offsets(lengths, q.device)
             packed = [x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3]) for x in (q, k, v)]
             return lambda *xs: kernels.flash_attention_varlen(*xs, offsets, offsets, max(lengths), max(lengths),
                                                               causal=True), packed

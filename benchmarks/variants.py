@@ -104,6 +104,13 @@ def varlen_lengths(seq_len: int, tokens: int = grid.TOKENS, seed: int = 0) -> li
     return lengths
 
 
+def varlen_offsets(lengths: list[int], device):
+    """cu_seqlens of a packed batch of `lengths`: (0, l0, l0 + l1, ..., total) int32 on `device`."""
+    import torch
+
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
+
+
 def alibi_slopes(heads: int) -> list[float]:
     """The standard ALiBi slopes 2^(-8(h+1)/H), h = 0 ... H-1: the catalog's own."""
     return standard_alibi_slopes(heads)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import itertools
 import pathlib
 import sys
 import time
@@ -120,7 +119,7 @@ def _cell_functions(plan: variants.Plan, problem: grid.Problem) -> tuple[list, d
     packed, offsets = (), None
     if any(entry.variant == "varlen" for entry in entries):
         packed = run.inputs((sum(lengths), problem.heads, problem.head_dim), problem.dtype, seed=1)
-        offsets = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=run.DEVICE)
+        offsets = variants.varlen_offsets(lengths, run.DEVICE)
     functions = {}
     for entry in entries:
         if entry.kernel == variants.FLEX:

@@ -9,7 +9,6 @@ lengths (shuffled, longest first, shortest first).  Each line: the wall time of 
 CUDA kernel and copy (torch.profiler, 10 calls): wall time the kernels do not account for is
 the host's (validation, launches) while the GPU waits.
 """
-import itertools
 import pathlib
 import sys
 
@@ -18,7 +17,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from conformance.bundled.benchmarks.variants import varlen_lengths  # noqa: E402
+from conformance.bundled.benchmarks.variants import varlen_lengths, varlen_offsets  # noqa: E402
 from conformance.bundled import kernels  # noqa: E402
 
 def kernel_ms(fn, n=10) -> dict:
@@ -41,7 +40,7 @@ for D in (64, 128):
                           ("mixed longest first", sorted(mixed, reverse=True)), ("mixed shortest first", sorted(mixed))]:
         T = sum(lengths)
         q, k, v = (torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        off = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device="cuda")
+        off = varlen_offsets(lengths, "cuda")
         f = lambda: kernels.flash_attention_varlen(q, k, v, off, off, max(lengths), max(lengths), causal=True)
         ms = triton.testing.do_bench(f, warmup=25, rep=200)
         pairs = sum(n * (n + 1) // 2 for n in lengths)
