@@ -14,18 +14,64 @@ with scale 1 (`softmax_scale`).  Without both flags every helper here returns it
 untouched and the plain kernels compile as before the variants existed.
 """
 
+import torch
 import triton
 import triton.language as tl
 
 from .bands import visible_pairs
 from .blocks import normalised
 
-# |x| below which tanh is the polynomial, above which it is built from exp (`tanh_and_slope`).
+# SOFTCAP, the constexpr of every kernel that scores: the cap off, or on with the tanh its
+# inputs' precision needs (`softcap_tanh`): fp32 inputs take `tanh_fp32` (2 ulps), fp16 and bf16
+# inputs `tanh_16bit` (an absolute error near 1e-7, a thousandth of their rounding, at a third
+# of the cost).  `if SOFTCAP:` reads either as on.
+NO_SOFTCAP = 0
+TANH_FP32 = 1
+TANH_16BIT = 2
+# |x| below which tanh_fp32 is the polynomial, above which it is built from exp.
 TANH_POLYNOMIAL_BOUND = tl.constexpr(0.55)
+# 2 / ln 2: tanh_16bit's exp(2x) as one exp2 of one product.
+TWO_LOG2_E = tl.constexpr(2.8853900817779268)
+
+
+def softcap_tanh(softcap: float | None, dtype: torch.dtype) -> int:
+    """SOFTCAP of a call whose softcap (None: off) applies to inputs of `dtype`."""
+    if softcap is None:
+        return NO_SOFTCAP
+    return TANH_FP32 if dtype == torch.float32 else TANH_16BIT
 
 
 @triton.jit
-def tanh_and_slope(x):
+def tanh_and_slope(x, SOFTCAP: tl.constexpr):
+    """(tanh(x), 1 - tanh(x)^2) of fp32 x by the formula SOFTCAP names."""
+    if SOFTCAP == TANH_16BIT:
+        tanh, slope = tanh_16bit(x)
+    else:
+        tanh, slope = tanh_fp32(x)
+    return tanh, slope
+
+
+@triton.jit
+def tanh_16bit(x):
+    """(tanh(x), 1 - tanh(x)^2) of fp32 x to an absolute error of a few 1e-7, for scores of
+    fp16 and bf16 inputs: those inputs already carry a relative error of 2^-11 (fp16) or
+    2^-8 (bf16) into every score, and the matched torch path rounds P to them, so an error
+    of c * 1e-7 in a score capped at c is a thousandth of what the rule compares it with.
+    The scores' softmax waits on its operations per score (an H100's FMA units issue 8 per
+    score per matrix-unit step at head dim 64, its special-function unit 1): tanh_fp32
+    takes ~25 of them, this one two special-function operations (exp2, the division's
+    reciprocal) and three others.
+
+    tanh x = 1 - 2 r with r = 1 / (1 + exp(2x)): exp(2x) overflows to inf for x > 44,
+    giving r = 0 and tanh = 1 exactly; it underflows to 0 for x < -52, giving -1; NaN stays
+    NaN.  Near 0 the subtraction leaves an absolute error of an ulp of 1 (not a relative
+    one: fp32 inputs need tanh_fp32).  The slope 4 r (1 - r) has the same absolute error."""
+    r = 1.0 / (1.0 + tl.math.exp2(x * TWO_LOG2_E))
+    return tl.math.fma(-2.0, r, 1.0), 4.0 * r * (1.0 - r)
+
+
+@triton.jit
+def tanh_fp32(x):
     """(tanh(x), 1 - tanh(x)^2) of fp32 x, each within 2 ulps of the exact value, the
     same formula on every backend and Triton 3.2-3.9.
 
@@ -105,7 +151,7 @@ def softmax_scores(raw, rows, cols, seq_q, seq_k, sm_scale, softcap, alibi_slope
     if SOFTCAP:
         # One product with sm_scale / softcap (a loop invariant): the tanh argument takes
         # two roundings, as torch's raw * scale / cap does.
-        tanh, cap_slope = tanh_and_slope(raw * (sm_scale / softcap))
+        tanh, cap_slope = tanh_and_slope(raw * (sm_scale / softcap), SOFTCAP)
         if ALIBI:
             scores = tl.math.fma(tanh, softcap, -alibi_bias(rows, cols, seq_q, seq_k, alibi_slope))
         else:
