@@ -25,9 +25,10 @@ from .blocks import normalised
 # inputs' precision needs (`softcap_tanh`): fp32 inputs take `tanh_fp32` (2 ulps), fp16 and bf16
 # inputs `tanh_16bit` (an absolute error near 1e-7, a thousandth of their rounding, at a third
 # of the cost).  `if SOFTCAP:` reads either as on.
-NO_SOFTCAP = 0
-TANH_FP32 = 1
-TANH_16BIT = 2
+# (constexpr: a global a kernel reads must be one; softcap_tanh hands the launches plain ints.)
+NO_SOFTCAP = tl.constexpr(0)
+TANH_FP32 = tl.constexpr(1)
+TANH_16BIT = tl.constexpr(2)
 # |x| below which tanh_fp32 is the polynomial, above which it is built from exp.
 TANH_POLYNOMIAL_BOUND = tl.constexpr(0.55)
 # 2 / ln 2: tanh_16bit's exp(2x) as one exp2 of one product.
@@ -37,8 +38,8 @@ TWO_LOG2_E = tl.constexpr(2.8853900817779268)
 def softcap_tanh(softcap: float | None, dtype: torch.dtype) -> int:
     """SOFTCAP of a call whose softcap (None: off) applies to inputs of `dtype`."""
     if softcap is None:
-        return NO_SOFTCAP
-    return TANH_FP32 if dtype == torch.float32 else TANH_16BIT
+        return NO_SOFTCAP.value
+    return TANH_FP32.value if dtype == torch.float32 else TANH_16BIT.value
 
 
 @triton.jit

@@ -191,7 +191,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "softcap of fp32 inputs through the tanh meant for fp16 / bf16 ones (tanh_16bit: an absolute "
            "error of ~1e-7, no relative accuracy near 0): an error of softcap * 1e-7 on scores fp32 "
            "inputs give to ~1e-7 of their own size",
-           (Edit(_SCORES, "return TANH_FP32 if dtype == torch.float32 else TANH_16BIT", "return TANH_16BIT"),)),
+           (Edit(_SCORES, "return TANH_FP32.value if dtype == torch.float32 else TANH_16BIT.value",
+                 "return TANH_16BIT.value"),)),
     Mutant("alibi_top_left",
            "ALiBi distance aligned top-left: bias from |i - j| instead of |i + Sk - Sq - j| "
            "(wrong only when Sq != Sk)",

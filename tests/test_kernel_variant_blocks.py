@@ -125,5 +125,5 @@ def test_softcap_tanh_of_16bit_inputs_is_within_an_absolute_4e_7():
     tanh_kernel[(1,)](nan, t, slope, 4, BLOCK=1024, SOFTCAP=TANH_16BIT)
     assert t[:4].isnan().all() and slope[:4].isnan().all()
     assert [softcap_tanh(30.0, dtype) for dtype in (torch.float32, torch.float16, torch.bfloat16)] == [
-        TANH_FP32, TANH_16BIT, TANH_16BIT]
+        TANH_FP32.value, TANH_16BIT.value, TANH_16BIT.value]
     assert softcap_tanh(None, torch.float16) == 0
