@@ -20,36 +20,61 @@ import triton.language as tl
 
 from .bands import visible_pairs
 from .blocks import normalised
+from .targets import Target, current_target
 
 # SOFTCAP, the constexpr of every kernel that scores: the cap off, or on with the tanh its
-# inputs' precision needs (`softcap_tanh`): fp32 inputs take `tanh_fp32` (2 ulps), fp16 and bf16
-# inputs `tanh_16bit` (an absolute error near 1e-7, a thousandth of their rounding, at a third
-# of the cost).  `if SOFTCAP:` reads either as on.
+# inputs' precision needs (`softcap_tanh`): fp32 inputs take `tanh_fp32` (2 ulps); fp16 and bf16
+# inputs the GPU's tanh instruction where it has one (`tanh_instruction`), else `tanh_16bit`.
+# `if SOFTCAP:` reads any of them as on.
 # (constexpr: a global a kernel reads must be one; softcap_tanh hands the launches plain ints.)
 NO_SOFTCAP = tl.constexpr(0)
 TANH_FP32 = tl.constexpr(1)
 TANH_16BIT = tl.constexpr(2)
+TANH_INSTRUCTION = tl.constexpr(3)
 # |x| below which tanh_fp32 is the polynomial, above which it is built from exp.
 TANH_POLYNOMIAL_BOUND = tl.constexpr(0.55)
 # 2 / ln 2: tanh_16bit's exp(2x) as one exp2 of one product.
 TWO_LOG2_E = tl.constexpr(2.8853900817779268)
 
 
-def softcap_tanh(softcap: float | None, dtype: torch.dtype) -> int:
-    """SOFTCAP of a call whose softcap (None: off) applies to inputs of `dtype`."""
+def softcap_tanh(softcap: float | None, dtype: torch.dtype, target: Target | None = None) -> int:
+    """SOFTCAP of a call whose softcap (None: off) applies to inputs of `dtype`, launched to
+    `target` (default: the current one).
+
+    Why the formula follows the inputs' precision: scores of fp16 / bf16 inputs carry their
+    rounding (2^-11, 2^-8 relative) and the matched torch path rounds P to it, so a tanh
+    accurate to ~5e-4 of its value is judged the same as an exact one, while its cost decides
+    the speed: on an H100 (S = 8192, causal) the softcap costs +4..+23 % over plain with the
+    instruction, +38..+83 % with tanh_16bit, +83..+176 % with tanh_fp32 (A/B in one call,
+    reports/h100-sm90/variants/softcap-tanh/).  fp32 inputs need tanh_fp32: the instruction's
+    error is 13x torch's fp32 error there (mutant softcap_hardware_tanh)."""
     if softcap is None:
         return NO_SOFTCAP.value
-    return TANH_FP32.value if dtype == torch.float32 else TANH_16BIT.value
+    if dtype == torch.float32:
+        return TANH_FP32.value
+    return TANH_INSTRUCTION.value if (target or current_target()).tanh_instruction else TANH_16BIT.value
 
 
 @triton.jit
 def tanh_and_slope(x, SOFTCAP: tl.constexpr):
     """(tanh(x), 1 - tanh(x)^2) of fp32 x by the formula SOFTCAP names."""
-    if SOFTCAP == TANH_16BIT:
+    if SOFTCAP == TANH_INSTRUCTION:
+        tanh, slope = tanh_instruction(x)
+    elif SOFTCAP == TANH_16BIT:
         tanh, slope = tanh_16bit(x)
     else:
         tanh, slope = tanh_fp32(x)
     return tanh, slope
+
+
+@triton.jit
+def tanh_instruction(x):
+    """(tanh(x), 1 - tanh(x)^2) of fp32 x by NVIDIA's tanh.approx.f32 (relative error at most
+    2^-10.99; one special-function operation, what FlashAttention-2/3 take), for scores of
+    fp16 and bf16 inputs on the GPUs that have it (Target.tanh_instruction)."""
+    tanh = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                     pack=1)
+    return tanh, 1.0 - tanh * tanh
 
 
 @triton.jit
