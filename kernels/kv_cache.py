@@ -261,7 +261,7 @@ def _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_n
                 check_descale("v_descale", v_descale, k_cache.dtype))
     return DecodeProblem(batch, heads, kv_heads, seq_q, head_dim, table, page_size,
                          cache_seqlens + appended if appended else cache_seqlens.contiguous(), capacity, causal, band,
-                         softcap, softcap_tanh(softcap, q.dtype, target), slopes,
+                         softcap, softcap_tanh(softcap, q.dtype), slopes,
                          1.0 / math.sqrt(head_dim) if sm_scale is None else check_sm_scale(sm_scale),
                          descales, k_cache.dtype in FP8, check_num_splits(num_splits), target)
 

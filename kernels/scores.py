@@ -20,47 +20,43 @@ import triton.language as tl
 
 from .bands import visible_pairs
 from .blocks import normalised
-from .targets import Target, current_target
 
 # SOFTCAP, the constexpr of every kernel that scores: the cap off, or on with the tanh its
-# inputs' precision needs (`softcap_tanh`): fp32 inputs take `tanh_fp32` (2 ulps); fp16 and bf16
-# inputs the GPU's tanh instruction where it has one (`tanh_instruction`), else `tanh_16bit`.
-# `if SOFTCAP:` reads any of them as on.
+# inputs' precision needs (`softcap_tanh`): fp32 inputs take `tanh_fp32` (2 ulps), fp16 and bf16
+# inputs `tanh_16bit` (an absolute error near 3e-7).  `if SOFTCAP:` reads either as on.
 # (constexpr: a global a kernel reads must be one; softcap_tanh hands the launches plain ints.)
 NO_SOFTCAP = tl.constexpr(0)
 TANH_FP32 = tl.constexpr(1)
 TANH_16BIT = tl.constexpr(2)
-TANH_INSTRUCTION = tl.constexpr(3)
 # |x| below which tanh_fp32 is the polynomial, above which it is built from exp.
 TANH_POLYNOMIAL_BOUND = tl.constexpr(0.55)
 # 2 / ln 2: tanh_16bit's exp(2x) as one exp2 of one product.
 TWO_LOG2_E = tl.constexpr(2.8853900817779268)
 
 
-def softcap_tanh(softcap: float | None, dtype: torch.dtype, target: Target | None = None) -> int:
-    """SOFTCAP of a call whose softcap (None: off) applies to inputs of `dtype`, launched to
-    `target` (default: the current one).
+def softcap_tanh(softcap: float | None, dtype: torch.dtype) -> int:
+    """SOFTCAP of a call whose softcap (None: off) applies to inputs of `dtype`.
 
     Why the formula follows the inputs' precision: scores of fp16 / bf16 inputs carry their
-    rounding (2^-11, 2^-8 relative) and the matched torch path rounds P to it, so a tanh
-    accurate to ~5e-4 of its value is judged the same as an exact one, while its cost decides
-    the speed: on an H100 (S = 8192, causal) the softcap costs +4..+23 % over plain with the
-    instruction, +38..+83 % with tanh_16bit, +83..+176 % with tanh_fp32 (A/B in one call,
-    reports/h100-sm90/variants/softcap-tanh/).  fp32 inputs need tanh_fp32: the instruction's
-    error is 13x torch's fp32 error there (mutant softcap_hardware_tanh)."""
+    rounding (2^-11, 2^-8 relative) into out, so a tanh that is exact to 3e-7 is judged as an
+    exact one, while its cost decides the speed: on an H100 (S = 8192, causal, A/B in one
+    call) the softcap costs +38..+82 % over plain with tanh_16bit against +83..+184 % with
+    tanh_fp32 (reports/h100-sm90/variants/softcap-tanh/).  NVIDIA's tanh instruction
+    (tanh.approx.f32, one special-function operation, what FlashAttention-2/3 take) cost
+    +15..+33 % there but fails the rule on lse, which is fp32 whatever the inputs: 3.6x and
+    5.3x torch's error in the standard tier's causal bf16 / fp16 cases (mutant
+    softcap_hardware_tanh).  fp32 inputs need tanh_fp32 (mutant softcap_16bit_tanh_for_fp32)."""
     if softcap is None:
         return NO_SOFTCAP.value
     if dtype == torch.float32:
         return TANH_FP32.value
-    return TANH_INSTRUCTION.value if (target or current_target()).tanh_instruction else TANH_16BIT.value
+    return TANH_16BIT.value
 
 
 @triton.jit
 def tanh_and_slope(x, SOFTCAP: tl.constexpr):
     """(tanh(x), 1 - tanh(x)^2) of fp32 x by the formula SOFTCAP names."""
-    if SOFTCAP == TANH_INSTRUCTION:
-        tanh, slope = tanh_instruction(x)
-    elif SOFTCAP == TANH_16BIT:
+    if SOFTCAP == TANH_16BIT:
         tanh, slope = tanh_16bit(x)
     else:
         tanh, slope = tanh_fp32(x)
@@ -68,31 +64,21 @@ def tanh_and_slope(x, SOFTCAP: tl.constexpr):
 
 
 @triton.jit
-def tanh_instruction(x):
-    """(tanh(x), 1 - tanh(x)^2) of fp32 x by NVIDIA's tanh.approx.f32 (relative error at most
-    2^-10.99; one special-function operation, what FlashAttention-2/3 take), for scores of
-    fp16 and bf16 inputs on the GPUs that have it (Target.tanh_instruction)."""
-    tanh = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
-                                     pack=1)
-    return tanh, 1.0 - tanh * tanh
-
-
-@triton.jit
 def tanh_16bit(x):
-    """(tanh(x), 1 - tanh(x)^2) of fp32 x to an absolute error of a few 1e-7, for scores of
-    fp16 and bf16 inputs: those inputs already carry a relative error of 2^-11 (fp16) or
-    2^-8 (bf16) into every score, and the matched torch path rounds P to them, so an error
-    of c * 1e-7 in a score capped at c is a thousandth of what the rule compares it with.
-    The scores' softmax waits on its operations per score (an H100's FMA units issue 8 per
-    score per matrix-unit step at head dim 64, its special-function unit 1): tanh_fp32
-    takes ~25 of them, this one two special-function operations (exp2, the division's
-    reciprocal) and three others.
+    """(tanh(x), 1 - tanh(x)^2) of fp32 x to an absolute error of ~3e-7, for scores of fp16
+    and bf16 inputs (softcap_tanh says why that suffices).  The scores' softmax waits on its
+    operations per score (an H100's FMA units issue 8 per score per matrix-unit step at head
+    dim 64, its special-function unit 1): tanh_fp32 takes ~25 of them, this one two
+    special-function operations (exp2, rsqrt) and three others.
 
-    tanh x = 1 - 2 r with r = 1 / (1 + exp(2x)): exp(2x) overflows to inf for x > 44,
-    giving r = 0 and tanh = 1 exactly; it underflows to 0 for x < -52, giving -1; NaN stays
-    NaN.  Near 0 the subtraction leaves an absolute error of an ulp of 1 (not a relative
-    one: fp32 inputs need tanh_fp32).  The slope 4 r (1 - r) has the same absolute error."""
-    r = 1.0 / (1.0 + tl.math.exp2(x * TWO_LOG2_E))
+    tanh x = 1 - 2 r with r = 1 / (1 + exp(2x)), the reciprocal as rsqrt(d^2) (one
+    special-function operation; a division takes a reciprocal and range fixes): d^2 overflows
+    to inf for x > 22, giving r = 0 and tanh = 1 exactly; exp(2x) underflows to 0 for
+    x < -52, giving r = 1 and -1; NaN stays NaN.  Near 0 the subtraction leaves an absolute
+    error of an ulp of 1 (not a relative one: fp32 inputs need tanh_fp32).  The slope
+    4 r (1 - r) has the same absolute error."""
+    denominator = 1.0 + tl.math.exp2(x * TWO_LOG2_E)
+    r = tl.math.rsqrt(denominator * denominator)
     return tl.math.fma(-2.0, r, 1.0), 4.0 * r * (1.0 - r)
 
 

@@ -91,12 +91,6 @@ class Target(NamedTuple):
         return hasattr(tl, "make_tensor_descriptor")
 
     @property
-    def tanh_instruction(self) -> bool:
-        """The GPU computes tanh in one instruction that inline PTX reaches (NVIDIA sm_75 and
-        newer: tanh.approx.f32; not CoreX, whose ISA takes no PTX assembly).  AMD has none."""
-        return self.backend == "cuda" and not self.corex and int(self.arch) >= 75
-
-    @property
     def workarounds(self) -> tuple[str, ...]:
         return tuple(INTERPRETER_WORKAROUNDS) if self.interpreted else ()
 
