@@ -90,3 +90,30 @@ def append_kernel(
     append_rows(V_NEW, V_CACHE, batch, kv_head, tokens, pages, slots, dims,
                 stride_vnb, stride_vnm, stride_vnh, stride_vnd, stride_vp, stride_vs, stride_vh, stride_vd,
                 seq_q, head_dim)
+
+
+@triton.jit(do_not_specialize=["appended", "capacity", "num_pages", "page_size", "first_batch_head"])
+def cache_values_kernel(
+    CACHE_SEQLENS, BLOCK_TABLE, OUTSIDE, stride_tb, stride_tp,
+    appended, capacity, num_pages, page_size,
+    first_batch_head,
+    PAGED: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """OUTSIDE[b] = 1 where sequence b's values leave the cache, else 0, one program per
+    sequence: its length L_b below 0 or, with `appended` new tokens after it, past the cache's
+    `capacity` positions; PAGED, an entry of the block table it reaches (the first
+    ceil((L_b + appended) / page_size)) outside [0, num_pages).  What kernels.validation's
+    check_cache_values checks, without a read back per reduction: the host reads OUTSIDE
+    once (kernels.kv_cache._check_values).  first_batch_head: kernels.launch's, for axis 1,
+    which has one slice here."""
+    batch = tl.program_id(0)
+    length = tl.load(CACHE_SEQLENS + batch).to(tl.int64)
+    outside = ((length < 0) | (length + appended > capacity)).to(tl.int32)
+    if PAGED:
+        reached = tl.cdiv(tl.minimum(tl.maximum(length + appended, 0), capacity), page_size)
+        table_row = BLOCK_TABLE + batch.to(tl.int64) * stride_tb
+        for start in range(0, reached, BLOCK):
+            pages = start + tl.arange(0, BLOCK)
+            entries = tl.load(table_row + pages * stride_tp, mask=pages < reached, other=0)
+            outside = tl.maximum(outside, tl.max(((entries < 0) | (entries >= num_pages)).to(tl.int32), axis=0))
+    tl.store(OUTSIDE + batch, outside)

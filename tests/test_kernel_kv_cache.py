@@ -418,6 +418,27 @@ def test_unchecked_values_give_the_checked_call_s_results_and_read_nothing_back(
         assert torch.equal(bits(checked_cache), bits(unchecked_cache))
 
 
+def test_the_value_check_kernel_flags_exactly_the_sequences_that_leave_the_cache():
+    """cache_values_kernel against the definition, per sequence: a length below 0 or past the
+    capacity with the appended tokens, or a reached block-table entry outside [0, num_pages)
+    (entries past a sequence's pages may hold anything)."""
+    from conformance.bundled.kernels.decode_cache import cache_values_kernel
+
+    gen = torch.Generator().manual_seed(5)
+    num_pages, page_size, max_pages = 6, 4, 5
+    for appended in (0, 3):
+        lengths = torch.randint(-2, max_pages * page_size + 2, (40,), generator=gen, dtype=torch.int32)
+        table = torch.randint(-1, num_pages + 1, (40, max_pages), generator=gen, dtype=torch.int32)
+        for paged in (False, True):
+            outside = torch.full((40,), -7, dtype=torch.int32)
+            kernels_launch.launch(cache_values_kernel, 40, 1, lengths, table, outside, *table.stride(), appended,
+                                  max_pages * page_size, num_pages, page_size, PAGED=paged, BLOCK=2)
+            for b, length in enumerate(lengths.tolist()):
+                reached = math.ceil(min(max(length + appended, 0), max_pages * page_size) / page_size)
+                bad_pages = paged and any(not 0 <= entry < num_pages for entry in table[b, :reached].tolist())
+                assert outside[b].item() == int(length < 0 or length + appended > max_pages * page_size or bad_pages)
+
+
 def test_an_error_after_the_new_tokens_leaves_the_cache_untouched():
     args = valid_arguments()
     args.update(k_new=args["k_cache"][:, :4].clone(), v_new=args["v_cache"][:, :4].clone(), num_splits=-1)
