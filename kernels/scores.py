@@ -69,16 +69,16 @@ def tanh_16bit(x):
     and bf16 inputs (softcap_tanh says why that suffices).  The scores' softmax waits on its
     operations per score (an H100's FMA units issue 8 per score per matrix-unit step at head
     dim 64, its special-function unit 1): tanh_fp32 takes ~25 of them, this one two
-    special-function operations (exp2, rsqrt) and three others.
+    special-function operations (exp2, the division's reciprocal) and a few others.
 
-    tanh x = 1 - 2 r with r = 1 / (1 + exp(2x)), the reciprocal as rsqrt(d^2) (one
-    special-function operation; a division takes a reciprocal and range fixes): d^2 overflows
-    to inf for x > 22, giving r = 0 and tanh = 1 exactly; exp(2x) underflows to 0 for
-    x < -52, giving r = 1 and -1; NaN stays NaN.  Near 0 the subtraction leaves an absolute
-    error of an ulp of 1 (not a relative one: fp32 inputs need tanh_fp32).  The slope
-    4 r (1 - r) has the same absolute error."""
-    denominator = 1.0 + tl.math.exp2(x * TWO_LOG2_E)
-    r = tl.math.rsqrt(denominator * denominator)
+    tanh x = 1 - 2 r with r = 1 / (1 + exp(2x)): exp(2x) overflows to inf for x > 44, giving
+    r = 0 and tanh = 1 exactly; it underflows to 0 for x < -52, giving r = 1 and -1; NaN
+    stays NaN.  Near 0 the subtraction leaves an absolute error of an ulp of 1 (not a
+    relative one: fp32 inputs need tanh_fp32).  The slope 4 r (1 - r) has the same absolute
+    error.  (r as rsqrt(d^2), one special-function operation without the division's range
+    fixes, measured no faster on an H100 and less accurate: lse 3.09x torch's error in a
+    causal bf16 case of the standard tier.)"""
+    r = 1.0 / (1.0 + tl.math.exp2(x * TWO_LOG2_E))
     return tl.math.fma(-2.0, r, 1.0), 4.0 * r * (1.0 - r)
 
 
