@@ -19,7 +19,6 @@ from .flash_backward import delta_kernel, dkdv_kernel, dq_kernel
 from .flash_forward import flash_forward_kernel
 from .launch import ceil_div, head_dim_bound, launch, launch_kwargs, launches_on_device, padded_head_dim
 from .problem import AttentionProblem, resolve_window
-from .scores import softcap_tanh
 from .targets import current_target, interpreting
 from .total_attention import total_attention_kernel
 from .validation import (
@@ -226,9 +225,8 @@ def flash_attention(q, k, v, causal=False, sm_scale=None, return_log_normalizer=
     batch, heads, seq_q, head_dim = q.shape
     kv_heads, seq_k = k.shape[1], k.shape[2]
     causal, band = resolve_window(check_window_size(window_size), causal, seq_q, seq_k)
-    softcap = check_softcap(softcap)
     problem = AttentionProblem(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, sm_scale, dropout,
-                               band=band, softcap=softcap, softcap_tanh=softcap_tanh(softcap, q.dtype),
+                               band=band, softcap=check_softcap(softcap),
                                alibi_slopes=contiguous(check_alibi_slopes(alibi_slopes, batch, heads, q.device)))
 
     out, lse = _FlashAttention.apply(q, k, v, problem)

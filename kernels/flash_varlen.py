@@ -14,7 +14,6 @@ import math
 from .dropout import dropout_keep_mask, dropout_params
 from .flash import _FlashAttention, check_inputs, contiguous
 from .problem import AttentionProblem, resolve_window
-from .scores import softcap_tanh
 from .validation import (
     check_alibi_slopes,
     check_cu_seqlens,
@@ -67,9 +66,8 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     batch = len(offsets_q) - 1
     total_q, heads, head_dim = q.shape
     causal, band = resolve_window(check_window_size(window_size), causal, max_seqlen_q, max_seqlen_k)
-    softcap = check_softcap(softcap)
     problem = AttentionProblem(batch, heads, k.shape[1], max_seqlen_q, max_seqlen_k, head_dim, causal,
-                               sm_scale, dropout, band=band, softcap=softcap, softcap_tanh=softcap_tanh(softcap, q.dtype),
+                               sm_scale, dropout, band=band, softcap=check_softcap(softcap),
                                alibi_slopes=contiguous(check_alibi_slopes(alibi_slopes, batch, heads, q.device)),
                                cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, total_q=total_q)
 

@@ -33,7 +33,6 @@ from .decode_plan import launch_plan
 from .flash import contiguous
 from .launch import ceil_div, head_dim_bound, launch, launches_on_device, padded_head_dim
 from .problem import resolve_window, score_arguments
-from .scores import softcap_tanh
 from .targets import Target, current_target
 from .tuning import record_launch
 from .validation import (
@@ -73,8 +72,7 @@ class DecodeProblem:
     """One validated call: shapes; the block table (B, max_pages) int32 and page size the
     kernels address the cache by; the context lengths L_b (int32 on the device, and the
     capacity per sequence, which bounds them: the host never reads the lengths); the mask and
-    score options as kernels.problem resolves them (the softcap's tanh: kernels.scores.softcap_tanh);
-    the fp8 scales; the target it launches to."""
+    score options as kernels.problem resolves them; the fp8 scales; the target it launches to."""
 
     batch: int
     heads: int
@@ -88,7 +86,6 @@ class DecodeProblem:
     causal: bool
     band: tuple[int, int] | None
     softcap: float | None
-    softcap_tanh: int
     alibi_slopes: torch.Tensor | None
     sm_scale: float
     descales: tuple[float, float]
@@ -111,7 +108,7 @@ class DecodeProblem:
 
     def kernel_flags(self) -> dict:
         """The split kernel's constexpr flags: the mask, the score variants, an fp8 cache."""
-        return dict(CAUSAL=self.causal, WINDOW=self.band is not None, SOFTCAP=self.softcap_tanh,
+        return dict(CAUSAL=self.causal, WINDOW=self.band is not None, SOFTCAP=self.softcap is not None,
                     ALIBI=self.alibi_slopes is not None, DEQUANTIZE=self.dequantize)
 
 
@@ -256,12 +253,11 @@ def _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_n
     window = NO_WINDOW if window_size is NO_WINDOW else check_window_size(window_size)
     causal, band = resolve_window(window, causal, seq_q, capacity)
     slopes = contiguous(check_alibi_slopes(alibi_slopes, batch, heads, device))
-    softcap = check_optional_softcap(softcap)
     descales = (check_descale("k_descale", k_descale, k_cache.dtype),
                 check_descale("v_descale", v_descale, k_cache.dtype))
     return DecodeProblem(batch, heads, kv_heads, seq_q, head_dim, table, page_size,
                          cache_seqlens + appended if appended else cache_seqlens.contiguous(), capacity, causal, band,
-                         softcap, softcap_tanh(softcap, q.dtype), slopes,
+                         check_optional_softcap(softcap), slopes,
                          1.0 / math.sqrt(head_dim) if sm_scale is None else check_sm_scale(sm_scale),
                          descales, k_cache.dtype in FP8, check_num_splits(num_splits), target)
 

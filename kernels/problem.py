@@ -40,7 +40,7 @@ def resolve_window(window_size: tuple[int, int] | None, causal: bool, seq_q: int
 class AttentionProblem:
     """batch (sequences, for varlen), heads, kv_heads, seq_q and seq_k (the longest, for
     varlen), head_dim; causal and band as `resolve_window` returns them; softcap (None:
-    off) and the tanh it takes (kernels.scores.softcap_tanh), alibi_slopes (None, or contiguous fp32 (H,) or (B, H)); cu_seqlens_q/k and
+    off) and alibi_slopes (None, or contiguous fp32 (H,) or (B, H)); cu_seqlens_q/k and
     total_q (the tokens of q) for a packed varlen batch, None for a dense one."""
 
     batch: int
@@ -54,7 +54,6 @@ class AttentionProblem:
     dropout: DropoutParams | None
     band: tuple[int, int] | None = None
     softcap: float | None = None
-    softcap_tanh: int = 0
     alibi_slopes: torch.Tensor | None = None
     cu_seqlens_q: torch.Tensor | None = None
     cu_seqlens_k: torch.Tensor | None = None
@@ -93,9 +92,10 @@ class AttentionProblem:
 
     def score_flags(self) -> dict:
         """The constexpr flags of the variants that change which pairs count and their
-        scores, only those set (a plain launch passes none); SOFTCAP names its tanh."""
-        flags = dict(WINDOW=self.band is not None, SOFTCAP=self.softcap_tanh, ALIBI=self.alibi_slopes is not None)
-        return {name: value for name, value in flags.items() if value}
+        scores, only those set (a plain launch passes none)."""
+        flags = dict(WINDOW=self.band is not None, SOFTCAP=self.softcap is not None,
+                     ALIBI=self.alibi_slopes is not None)
+        return {name: True for name, on in flags.items() if on}
 
     def variant_flags(self) -> dict:
         """score_flags(), and VARLEN for a packed batch."""

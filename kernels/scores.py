@@ -14,76 +14,18 @@ with scale 1 (`softmax_scale`).  Without both flags every helper here returns it
 untouched and the plain kernels compile as before the variants existed.
 """
 
-import torch
 import triton
 import triton.language as tl
 
 from .bands import visible_pairs
 from .blocks import normalised
 
-# SOFTCAP, the constexpr of every kernel that scores: the cap off, or on with the tanh its
-# inputs' precision needs (`softcap_tanh`): fp32 inputs take `tanh_fp32` (2 ulps), fp16 and bf16
-# inputs `tanh_16bit` (an absolute error near 3e-7).  `if SOFTCAP:` reads either as on.
-# (constexpr: a global a kernel reads must be one; softcap_tanh hands the launches plain ints.)
-NO_SOFTCAP = tl.constexpr(0)
-TANH_FP32 = tl.constexpr(1)
-TANH_16BIT = tl.constexpr(2)
-# |x| below which tanh_fp32 is the polynomial, above which it is built from exp.
+# |x| below which tanh is the polynomial, above which it is built from exp (`tanh_and_slope`).
 TANH_POLYNOMIAL_BOUND = tl.constexpr(0.55)
-# 2 / ln 2: tanh_16bit's exp(2x) as one exp2 of one product.
-TWO_LOG2_E = tl.constexpr(2.8853900817779268)
-
-
-def softcap_tanh(softcap: float | None, dtype: torch.dtype) -> int:
-    """SOFTCAP of a call whose softcap (None: off) applies to inputs of `dtype`.
-
-    Why the formula follows the inputs' precision: scores of fp16 / bf16 inputs carry their
-    rounding (2^-11, 2^-8 relative) into out, so a tanh that is exact to 3e-7 is judged as an
-    exact one, while its cost decides the speed: on an H100 (S = 8192, causal, A/B in one
-    call) the softcap costs +38..+82 % over plain with tanh_16bit against +83..+184 % with
-    tanh_fp32 (reports/h100-sm90/variants/softcap-tanh/).  NVIDIA's tanh instruction
-    (tanh.approx.f32, one special-function operation, what FlashAttention-2/3 take) cost
-    +15..+33 % there but fails the rule on lse, which is fp32 whatever the inputs: 3.6x and
-    5.3x torch's error in the standard tier's causal bf16 / fp16 cases (mutant
-    softcap_hardware_tanh).  fp32 inputs need tanh_fp32 (mutant softcap_16bit_tanh_for_fp32)."""
-    if softcap is None:
-        return NO_SOFTCAP.value
-    if dtype == torch.float32:
-        return TANH_FP32.value
-    return TANH_16BIT.value
 
 
 @triton.jit
-def tanh_and_slope(x, SOFTCAP: tl.constexpr):
-    """(tanh(x), 1 - tanh(x)^2) of fp32 x by the formula SOFTCAP names."""
-    if SOFTCAP == TANH_16BIT:
-        tanh, slope = tanh_16bit(x)
-    else:
-        tanh, slope = tanh_fp32(x)
-    return tanh, slope
-
-
-@triton.jit
-def tanh_16bit(x):
-    """(tanh(x), 1 - tanh(x)^2) of fp32 x to an absolute error of ~3e-7, for scores of fp16
-    and bf16 inputs (softcap_tanh says why that suffices).  The scores' softmax waits on its
-    operations per score (an H100's FMA units issue 8 per score per matrix-unit step at head
-    dim 64, its special-function unit 1): tanh_fp32 takes ~25 of them, this one two
-    special-function operations (exp2, the division's reciprocal) and a few others.
-
-    tanh x = 1 - 2 r with r = 1 / (1 + exp(2x)): exp(2x) overflows to inf for x > 44, giving
-    r = 0 and tanh = 1 exactly; it underflows to 0 for x < -52, giving r = 1 and -1; NaN
-    stays NaN.  Near 0 the subtraction leaves an absolute error of an ulp of 1 (not a
-    relative one: fp32 inputs need tanh_fp32).  The slope 4 r (1 - r) has the same absolute
-    error.  (r as rsqrt(d^2), one special-function operation without the division's range
-    fixes, measured no faster on an H100 and less accurate: lse 3.09x torch's error in a
-    causal bf16 case of the standard tier.)"""
-    r = 1.0 / (1.0 + tl.math.exp2(x * TWO_LOG2_E))
-    return tl.math.fma(-2.0, r, 1.0), 4.0 * r * (1.0 - r)
-
-
-@triton.jit
-def tanh_fp32(x):
+def tanh_and_slope(x):
     """(tanh(x), 1 - tanh(x)^2) of fp32 x, each within 2 ulps of the exact value, the
     same formula on every backend and Triton 3.2-3.9.
 
@@ -108,6 +50,15 @@ def tanh_fp32(x):
     at head dim 128 (an H100 has 1/256 of its matrix throughput there).  So 1 / (1 + e),
     1 + e in [1, 4/3] where it is used, is no division (a second MUFU operation) but a
     quadratic fit (relative error 8e-4) and two Newton steps (error 4e-13), six FMAs.
+
+    Why fp16 and bf16 inputs take it too, though it makes their softcap +83..+184 % slower
+    than plain (H100, S = 8192, causal): lse is fp32 whatever the inputs, and the matched
+    torch path's lse of 16-bit inputs is fp32-accurate, so a tanh with an absolute error of
+    an ulp of 1 fails the rule there.  Measured on the H100 in one call each
+    (reports/h100-sm90/variants/softcap-tanh/) and refused: 1 - 2 / (1 + exp(2x)) (+38..+82 %;
+    lse up to 2.37x torch's error over 16 seeds of the causal lse cases, mutant
+    softcap_16bit_tanh), the same with rsqrt(d^2) for the division (no faster, 3.09x) and
+    NVIDIA's tanh.approx.f32 (+15..+33 %; 3.63x / 5.33x, mutant softcap_hardware_tanh).
 
     The slope is the softcap's derivative for the backward: 1 - t^2 below the bound,
     u * (2 - u) above, which unlike 1 - t^2 keeps its relative accuracy (4e-6) where
@@ -163,7 +114,7 @@ def softmax_scores(raw, rows, cols, seq_q, seq_k, sm_scale, softcap, alibi_slope
     if SOFTCAP:
         # One product with sm_scale / softcap (a loop invariant): the tanh argument takes
         # two roundings, as torch's raw * scale / cap does.
-        tanh, cap_slope = tanh_and_slope(raw * (sm_scale / softcap), SOFTCAP)
+        tanh, cap_slope = tanh_and_slope(raw * (sm_scale / softcap))
         if ALIBI:
             scores = tl.math.fma(tanh, softcap, -alibi_bias(rows, cols, seq_q, seq_k, alibi_slope))
         else:
