@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conformance.cli import main
-from conformance.peers import flex, sdpa
+from conformance.peers import flex, flex_compile, sdpa
 from conformance.reporting.compile_time import compile_time_table
 from conformance.running.results import read_results
 
@@ -57,7 +57,7 @@ def test_flex_on_the_cpu_passes_forwards_and_declares_what_torch_refuses(tmp_pat
 
 
 def test_past_the_recompile_limit_a_case_is_error_not_the_eager_path(tmp_path, fresh_dynamo, monkeypatch):
-    monkeypatch.setattr(flex, "RECOMPILE_LIMIT", 1)
+    monkeypatch.setattr(flex_compile, "RECOMPILE_LIMIT", 1)
     code, lines, _ = run(tmp_path, MQA_EMPTY_ROWS_FWD, GQA_CAUSAL_FWD)  # the first compiles, the second would
     assert code == 1
     assert lines[MQA_EMPTY_ROWS_FWD]["verdict"] == "pass"
@@ -69,7 +69,7 @@ def test_past_the_recompile_limit_a_case_is_error_not_the_eager_path(tmp_path, f
 def test_an_uncompiled_call_is_refused(fresh_dynamo):
     q = torch.randn(1, 2, 8, 16)
     attention = flex.adapter("flash_attention", "")
-    with torch.compiler.set_stance("force_eager"), pytest.raises(flex.EagerFallback, match="ran uncompiled"):
+    with torch.compiler.set_stance("force_eager"), pytest.raises(flex_compile.EagerFallback, match="ran uncompiled"):
         attention(q, q, q, causal=True)
 
 
@@ -99,8 +99,8 @@ def test_a_torch_that_takes_powers_of_two_only_declares_those(monkeypatch):
 
 
 def test_the_dynamo_settings_make_the_limit_a_hard_failure(monkeypatch):
-    monkeypatch.setattr(flex, "RECOMPILE_LIMIT", 77)
-    assert flex._hard_recompile_limit() == {"recompile_limit": 77, "accumulated_recompile_limit": 77,
+    monkeypatch.setattr(flex_compile, "RECOMPILE_LIMIT", 77)
+    assert flex_compile.hard_recompile_limit() == {"recompile_limit": 77, "accumulated_recompile_limit": 77,
                                             "fail_on_recompile_limit_hit": True}
 
 

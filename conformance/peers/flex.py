@@ -11,13 +11,9 @@ which is not the FlexAttention anyone ships. The adapter judges the compiled ker
   model with fixed shapes gets. A case's kernel then never depends on which cases ran before
   it (automatic dynamic shapes would recompile symbolically after the second shape), so its
   reproduce command, run alone, compiles the same kernel.
-* dynamo's recompile limit (8 by default): past it dynamo silently runs the function
-  uncompiled -- flex's eager math path -- and a verdict would judge that path. During its calls
-  the adapter raises the limit to RECOMPILE_LIMIT (above any tier's distinct shapes) and makes
-  hitting it a hard failure (fullgraph=True and dynamo's fail_on_recompile_limit_hit). A
-  tripwire in the compiled function counts every call that ran uncompiled whatever the cause
-  (a disabled dynamo, a forced-eager stance). Either way the adapter raises `EagerFallback`:
-  the case is `error` with that reason, never a verdict on the math path.
+* dynamo's recompile limit raised and made a hard failure, and a tripwire counting calls that
+  ran uncompiled: either way the case is `error` (`EagerFallback`), never a verdict on the
+  math path (conformance.peers.flex_compile);
 * causal masks are bottom-right aligned, as the operator's and the reference's
   (`reference/attention.py`): key j is visible to query i iff j <= i + (Sk - Sq). FlexAttention
   has no causal flag, only a `mask_mod`; the usual `kv_idx <= q_idx` is top-left and differs
@@ -44,9 +40,7 @@ FlashAttention-2's variants (the rule: conformance.peers.masks):
   mask of billions of elements); every listed block is partial, so the `mask_mod` decides
   each pair. lse comes back as (H, total_q), the operator's layout.
 
-Compile time is measured apart from the case (`CompileClock`, from dynamo's compile callbacks:
-frame compiles and the backward compiled lazily at the first backward); the runner puts it on
-each results line as `compile_s` and `compilations` (conformance.running.runner).
+Compile time is measured apart from the case (flex_compile.CompileClock).
 """
 
 from __future__ import annotations
@@ -54,56 +48,21 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-import time
 
 import torch
 
 from conformance.peers import masks
+from conformance.peers.flex_compile import CLOCK, run_compiled, uncompiled_calls, watch_compilation
 from conformance.running.capabilities import NotSupported
 
 MODULE = "torch.nn.attention.flex_attention"
 MIN_TORCH = "2.5"
-# Raised during the adapter's calls: far above the distinct shapes of any tier (the standard
-# tier has ~600 flash_attention cases), so only a deliberate lower limit is ever hit.
-RECOMPILE_LIMIT = 4096
 HEAD_DIMS = (16, 32, 64, 96, 128, 192, 256)  # the head dims of the harness's tiers
 OPS = ("flash_attention", "flash_attention_varlen")
 SPARSE_BLOCK = 128  # the BlockMask's tile of a packed batch (create_block_mask's default)
 DTYPES = ("fp16", "bf16", "fp32")
-# dynamo config names: the current one first, the one before torch 2.6 second.
-_LIMIT_NAMES = (("recompile_limit", "cache_size_limit"),
-                ("accumulated_recompile_limit", "accumulated_cache_size_limit"))
-_FAIL_NAMES = ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit")
-_LIMIT_ERRORS = ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
 
 
-class EagerFallback(RuntimeError):
-    """flex_attention ran, or would have run, uncompiled: its eager math path is refused."""
-
-
-class CompileClock:
-    """Wall time torch spent compiling in this process, and how many compilations, from
-    dynamo's start/end callbacks (the outermost of nested ones). Cumulative: the runner reads
-    it before and after a case (`reading()`)."""
-
-    def __init__(self):
-        self.seconds, self.count, self._started = 0.0, 0, None
-
-    def start(self, *_args) -> None:  # torch < 2.6 passes nothing, later a CallbackArgs
-        self._started = time.perf_counter()
-        self.count += 1
-
-    def end(self, *_args) -> None:
-        if self._started is not None:
-            self.seconds += time.perf_counter() - self._started
-            self._started = None
-
-    def reading(self) -> tuple[float, int]:
-        return self.seconds, self.count
-
-
-CLOCK = CompileClock()
-_uncompiled_calls = [0]  # the tripwire: calls of _flex_call that dynamo did not run compiled
 _flex = None  # the flex_attention module, once imported
 
 
@@ -126,7 +85,7 @@ def adapter(op: str, variant: str):
     if op not in OPS:
         raise ValueError(f"flex implements {' and '.join(OPS)} only, not {op}")
     load_flex()
-    _watch_compilation()
+    watch_compilation()
 
     if op == "flash_attention":
         def flex_attention(q, k, v, causal=False, sm_scale=None, return_log_normalizer=False,
@@ -234,7 +193,7 @@ def _flex_call(query, key, value, block_mask, score_mod, scale, enable_gqa: bool
     """The function torch compiles. Dynamo folds `is_compiling()` to True while tracing, so
     the tripwire's count runs only when this frame runs uncompiled."""
     if not torch.compiler.is_compiling():
-        _uncompiled_calls[0] += 1
+        uncompiled_calls[0] += 1
     options = dict(score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)
     if not want_lse:
         return _flex.flex_attention(query, key, value, **options)
@@ -284,22 +243,9 @@ def _call_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal: bool, sm_scale, wa
 
 
 def _run(q, k, v, block_mask, score_mod, sm_scale, want_lse: bool):
-    """The compiled flex call, its eager math path refused (module doc)."""
-    _watch_compilation()
-    before = _uncompiled_calls[0]
-    try:
-        with torch._dynamo.config.patch(**_hard_recompile_limit()):
-            result = _compiled()(q, k, v, block_mask, score_mod, sm_scale, k.shape[1] != q.shape[1],
-                                 bool(want_lse))
-    except Exception as exc:
-        if _hit_recompile_limit(exc):
-            raise EagerFallback(f"flex_attention hit dynamo's recompile limit ({RECOMPILE_LIMIT}): past it "
-                                f"it would run its eager math path, which is refused") from exc
-        raise
-    if _uncompiled_calls[0] != before:
-        raise EagerFallback("flex_attention ran uncompiled (dynamo fell back to eager: disabled, or past "
-                            "a recompile limit): its eager math path is refused")
-    return result
+    """The compiled flex call, its eager math path refused (flex_compile)."""
+    return run_compiled(_compiled(), q, k, v, block_mask, score_mod, sm_scale, k.shape[1] != q.shape[1],
+                        bool(want_lse))
 
 
 class PackedLayout:
@@ -381,29 +327,6 @@ def packed_block_mask(layout: PackedLayout, causal: bool, window, mask_mod, bloc
                                           BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(total_q, total_k))
 
 
-def _hit_recompile_limit(exc: BaseException) -> bool:
-    """Whether dynamo's hard failure at the recompile limit is `exc` or what caused it."""
-    for _ in range(8):  # a few links of the chain: torch may wrap it
-        if exc is None or type(exc).__name__ in _LIMIT_ERRORS:
-            return exc is not None
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def _hard_recompile_limit() -> dict:
-    """dynamo config: the recompile limits at RECOMPILE_LIMIT, and hitting them an error."""
-    config = torch._dynamo.config
-    settings = {}
-    for names in _LIMIT_NAMES:
-        name = next((name for name in names if hasattr(config, name)), None)
-        if name:
-            settings[name] = RECOMPILE_LIMIT
-    fail = next((name for name in _FAIL_NAMES if hasattr(config, name)), None)
-    if fail:
-        settings[fail] = True
-    return settings
-
-
 def _refuse_unsupported_cpu(q) -> None:
     """NotSupported where Inductor cannot compile flex for this CPU (it needs AVX2, not macOS)."""
     if q.device.type != "cpu":
@@ -415,21 +338,3 @@ def _refuse_unsupported_cpu(q) -> None:
     if not check_cpu_supported():
         raise NotSupported("torch: \"torch.compile on current platform is not supported for CPU\" "
                            "(Inductor's CPU flex needs AVX2)")
-
-
-_watching = [False]
-
-
-def _watch_compilation() -> None:
-    """Register CLOCK with dynamo's compile callbacks (if this torch has them): once, and
-    again after a `torch._dynamo.reset()`, which clears them (checked before every call)."""
-    try:
-        from torch._dynamo.callback import callback_handler
-    except ImportError:
-        return
-    registered = getattr(callback_handler, "start_callbacks", None)
-    if (CLOCK.start in registered) if registered is not None else _watching[0]:
-        return
-    callback_handler.register_start_callback(CLOCK.start)
-    callback_handler.register_end_callback(CLOCK.end)
-    _watching[0] = True

@@ -128,7 +128,7 @@ def run_case(case: Case, profile, implementations: Implementations, *,
 
 def compile_clock(implementations: Implementations, op: str):
     """The implementation's `compile_clock` (`reading()` -> cumulative (seconds, compilations)
-    of this process; conformance.peers.flex.CompileClock), or None: most implementations
+    of this process; conformance.peers.flex_compile.CompileClock), or None: most implementations
     compile nothing per case, or do it where the harness cannot see."""
     if implementations.is_bundled(op):
         return None
