@@ -269,8 +269,8 @@ VALUE_CHECK_BLOCK = 1024
 def _check_values(cache_seqlens, appended: int, capacity: int, block_table, num_pages: int, page_size: int) -> None:
     """kernels.validation.check_cache_values, with one small kernel finding whether any value
     is wrong and one read back of its (batch,) answer: the reductions and read back of
-    check_cache_values cost ~0.36 ms of host time per call on an H100 machine, this ~0.04 ms
-    (devrun measurement in reports/h100-sm90/kv-cache/host-time/).  Where one is wrong,
+    check_cache_values cost ~0.36 ms of host time per call on the H100 machines, this
+    0.07-0.08 ms (reports/h100-sm90/kv-cache/host-time/, launch_cost.py).  Where one is wrong,
     check_cache_values names it; where launches do not reach a device (compile-only), it
     checks alone."""
     batch = cache_seqlens.shape[0]

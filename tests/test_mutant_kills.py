@@ -41,7 +41,7 @@ HANG_SECONDS = 2.0
 # mutant -> the Case field of the variant it breaks (window, softcap, alibi, lens)
 VARIANT_MUTANTS = {
     "window_left_edge_hidden": "window", "window_right_edge_past": "window",
-    "window_first_tile_rounded_up": "window", "softcap_backward_no_slope": "softcap",
+    "window_first_tile_rounded_up": "window", "softcap_backward_no_slope": "softcap", "softcap_16bit_tanh": "softcap",
     "alibi_top_left": "alibi", "alibi_bias_added": "alibi", "varlen_keys_of_next_sequence": "lens",
 }
 # Plain attention through the forward and both backward kernels: causal, ragged, Sq != Sk.
