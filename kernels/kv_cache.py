@@ -248,7 +248,7 @@ def _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_n
     table = block_table if paged else _contiguous_table(batch, device)
     check_flag("check_values", check_values)
     if check_values:
-        _check_values(cache_seqlens, appended, capacity, table if paged else None, k_cache.shape[0], page_size)
+        _check_values(cache_seqlens, appended, capacity, table, paged, k_cache.shape[0], page_size)
     check_flag("causal", causal)
     window = NO_WINDOW if window_size is NO_WINDOW else check_window_size(window_size)
     causal, band = resolve_window(window, causal, seq_q, capacity)
@@ -266,22 +266,23 @@ def _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_n
 VALUE_CHECK_BLOCK = 1024
 
 
-def _check_values(cache_seqlens, appended: int, capacity: int, block_table, num_pages: int, page_size: int) -> None:
+def _check_values(cache_seqlens, appended: int, capacity: int, table, paged: bool, num_pages: int,
+                  page_size: int) -> None:
     """kernels.validation.check_cache_values, with one small kernel finding whether any value
     is wrong and one read back of its (batch,) answer: the reductions and read back of
     check_cache_values cost ~0.36 ms of host time per call on the H100 machines, this
     0.07-0.08 ms (reports/h100-sm90/kv-cache/host-time/, launch_cost.py).  Where one is wrong,
     check_cache_values names it; where launches do not reach a device (compile-only), it
-    checks alone."""
+    checks alone.  table: the call's block table, or the contiguous cache's own (whose entries
+    need no check: `paged` False)."""
     batch = cache_seqlens.shape[0]
+    block_table = table if paged else None  # what check_cache_values checks the entries of
     if batch == 0 or not launches_on_device():
         check_cache_values(cache_seqlens, appended, capacity, block_table, num_pages, page_size)
         return
     outside = torch.empty(batch, dtype=torch.int32, device=cache_seqlens.device)
-    table = block_table if block_table is not None else cache_seqlens.view(batch, 1)  # never read unpaged
     launch(cache_values_kernel, batch, 1, cache_seqlens, table, outside, *table.stride(),
-           appended, capacity, num_pages, page_size,
-           PAGED=block_table is not None and block_table.shape[1] > 0, BLOCK=VALUE_CHECK_BLOCK)
+           appended, capacity, num_pages, page_size, PAGED=paged, BLOCK=VALUE_CHECK_BLOCK)
     if outside.cpu().any():
         check_cache_values(cache_seqlens, appended, capacity, block_table, num_pages, page_size)
         raise RuntimeError("kv_cache_attention: cache_values_kernel found a value outside the cache that "
