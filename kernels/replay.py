@@ -1,0 +1,140 @@
+"""Launching a compiled Triton kernel again without the JIT's dispatch.
+
+A decode step costs the H100 ~11 us and the host 126-186 us, and Triton's JIT dispatch is a
+large part of the host's share: binding ~50 arguments, specialising each and looking the
+compiled kernel up cost 18-30 us per launch on the H100 machines, against 6-10 us for the
+compiled kernel's own launcher (reports/h100-sm90/kv-cache/host-time/launch_cost-*.log).
+
+The first launch of a signature goes through the JIT, which compiles or finds the kernel.
+The compiled kernel is then kept under a key finer than the JIT's own specialisation: the
+kernel, the grid, the device, every non-tensor argument by value and every tensor by dtype
+and whether its address is 16-byte aligned (what Triton specialises a pointer on).  A later
+launch with the same key calls the compiled kernel's launcher directly, with the call's
+tensors in the places the first launch's held.
+
+What the launcher takes differs by Triton release (read in each release's runtime/jit.py):
+3.2 passes the non-constexpr arguments, 3.3 to 3.9 every argument in parameter order, and
+the launch hooks moved from CompiledKernel's class attributes to triton.knobs in 3.4.  Any
+other release, the interpreter, autotuned kernels, a kernel with pre-run hooks, and
+FA_JIT_LAUNCH=1 in the environment go through the JIT every time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import torch
+import triton
+from triton.runtime import driver
+from triton.runtime.jit import JITFunction
+
+
+def _release(version: str) -> tuple[int, int]:
+    major, minor = re.match(r"(\d+)\.(\d+)", version).groups()
+    return int(major), int(minor)
+
+
+RELEASE = _release(triton.__version__)
+# The releases whose launch path was read; the others take the JIT path.
+KNOWN_RELEASES = ((3, 2), (3, 9))
+CONSTEXPRS_REACH_LAUNCHER = RELEASE >= (3, 3)
+
+try:  # triton >= 3.4
+    from triton import knobs as _knobs
+
+    def launch_hooks():
+        return _knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook
+except ImportError:  # triton 3.2, 3.3
+    from triton.compiler.compiler import CompiledKernel as _CompiledKernel
+
+    def launch_hooks():
+        return _CompiledKernel.launch_enter_hook, _CompiledKernel.launch_exit_hook
+
+
+class Replay:
+    """One compiled kernel and its launcher's arguments, the tensors' places left to fill."""
+
+    __slots__ = ("compiled", "values", "tensor_slots")
+
+    def __init__(self, compiled, values: list, tensor_slots: tuple[tuple[int, int], ...]):
+        self.compiled = compiled
+        self.values = values  # what the launcher takes, as the first launch passed it
+        self.tensor_slots = tensor_slots  # (position among values, position among the call's arguments)
+
+    def launch(self, grid: tuple, stream, flat: tuple) -> None:
+        values = self.values.copy()
+        for slot, index in self.tensor_slots:
+            values[slot] = flat[index]
+        compiled = self.compiled
+        enter, leave = launch_hooks()
+        metadata = None if enter is None else compiled.launch_metadata(grid, stream, *values)
+        compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
+                     compiled.function, compiled.packed_metadata, metadata, enter, leave, *values)
+
+
+# Replays by key (launch's); emptied when full, like the other host caches of a decode step.
+_REPLAYS: dict[tuple, Replay | None] = {}
+_REPLAYS_KEPT = 1024
+_enabled = KNOWN_RELEASES[0] <= RELEASE <= KNOWN_RELEASES[1] and os.environ.get("FA_JIT_LAUNCH", "0") in ("", "0")
+counts = {"replayed": 0, "through_jit": 0}
+
+
+def set_enabled(enabled: bool) -> bool:
+    """Turn replays on or off (off: every launch through the JIT); returns the previous state."""
+    global _enabled
+    previous, _enabled = _enabled, bool(enabled)
+    return previous
+
+
+def replayable(kernel) -> bool:
+    """A kernel the JIT compiles for a device (not the interpreter's, not an autotuner) and
+    runs nothing of ours before a launch."""
+    return isinstance(kernel, JITFunction) and not getattr(kernel, "pre_run_hooks", None)
+
+
+def launch(kernel, grid: tuple, args: tuple, kwargs: dict) -> None:
+    """kernel[grid](*args, **kwargs), through a replay where one is kept for the signature."""
+    if not _enabled or not replayable(kernel):
+        counts["through_jit"] += 1
+        kernel[grid](*args, **kwargs)
+        return
+    flat = args + tuple(kwargs.values()) if kwargs else args
+    device = driver.active.get_current_device()
+    key = (kernel, grid, device, tuple(kwargs),
+           tuple([(v.dtype, v.data_ptr() % 16 == 0) if isinstance(v, torch.Tensor) else v for v in flat]))
+    replay = _REPLAYS.get(key)
+    if replay is not None:
+        counts["replayed"] += 1
+        replay.launch(grid, driver.active.get_current_stream(device), flat)
+        return
+    counts["through_jit"] += 1
+    compiled = kernel[grid](*args, **kwargs)
+    if key in _REPLAYS or launch_hooks() != (None, None):  # none is made while a profiler's hooks are set
+        return
+    if len(_REPLAYS) >= _REPLAYS_KEPT:
+        _REPLAYS.clear()
+    _REPLAYS[key] = _replay_of(kernel, compiled, args, kwargs)
+
+
+def _replay_of(kernel, compiled, args: tuple, kwargs: dict) -> Replay | None:
+    """The Replay of a launch the JIT just made (None where the JIT returned no compiled
+    kernel with a launcher), holding no tensor of the call: a cached KV cache must not be
+    kept alive by its first launch."""
+    if compiled is None or not hasattr(compiled, "packed_metadata"):
+        return None
+    names = [param.name for param in kernel.params]
+    bound = kernel.signature.bind(*args, **{name: value for name, value in kwargs.items() if name in names})
+    bound.apply_defaults()
+    flat_index = {**{name: i for i, name in enumerate(names[:len(args)])},
+                  **{name: len(args) + i for i, name in enumerate(kwargs)}}
+    values, tensor_slots = [], []
+    for param in kernel.params:
+        if param.is_constexpr and not CONSTEXPRS_REACH_LAUNCHER:
+            continue
+        value = bound.arguments[param.name]
+        if isinstance(value, torch.Tensor):
+            tensor_slots.append((len(values), flat_index[param.name]))
+            value = None
+        values.append(value)
+    return Replay(compiled, values, tuple(tensor_slots))
