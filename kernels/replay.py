@@ -14,7 +14,8 @@ tensors in the places the first launch's held.
 
 What the launcher takes differs by Triton release (read in each release's runtime/jit.py):
 3.2 passes the non-constexpr arguments, 3.3 to 3.9 every argument in parameter order, and
-the launch hooks moved from CompiledKernel's class attributes to triton.knobs in 3.4.  Any
+the launch hooks moved from CompiledKernel's class attributes to triton.knobs in 3.4 (chains,
+never None, from 3.5); a replay passes the hooks and launch metadata as the JIT would.  Any
 other release, the interpreter, autotuned kernels, a kernel with pre-run hooks, and
 FA_JIT_LAUNCH=1 in the environment go through the JIT every time.
 """
@@ -68,7 +69,9 @@ class Replay:
             values[slot] = flat[index]
         compiled = self.compiled
         enter, leave = launch_hooks()
-        metadata = None if enter is None else compiled.launch_metadata(grid, stream, *values)
+        # As the JIT does: the metadata (None in 3.2-3.4 unless an enter hook is set; 3.5 on
+        # always make it, their hooks being chains) and the hooks go to the launcher.
+        metadata = compiled.launch_metadata(grid, stream, *values)
         compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
                      compiled.function, compiled.packed_metadata, metadata, enter, leave, *values)
 
@@ -110,7 +113,7 @@ def launch(kernel, grid: tuple, args: tuple, kwargs: dict) -> None:
         return
     counts["through_jit"] += 1
     compiled = kernel[grid](*args, **kwargs)
-    if key in _REPLAYS or launch_hooks() != (None, None):  # none is made while a profiler's hooks are set
+    if key in _REPLAYS:
         return
     if len(_REPLAYS) >= _REPLAYS_KEPT:
         _REPLAYS.clear()

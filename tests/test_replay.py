@@ -74,7 +74,7 @@ def test_a_signature_seen_before_goes_to_the_launcher_with_the_new_tensors(kerne
     assert len(kernel.jit_launches) == 1
     (launched,) = kernel.compiled.launcher_calls
     grid_and_handles, arguments = launched[:9], launched[9:]
-    assert grid_and_handles == (4, 2, 1, 1234, "function-handle", "packed", None, None, None)
+    assert grid_and_handles == (4, 2, 1, 1234, "function-handle", "packed", ("metadata", (4, 2)), None, None)
     assert arguments[0] is second[0] and arguments[1] is second[1]
     # Triton >= 3.3 passes every parameter, the constexprs and defaults included
     assert arguments[2:] == (64, 0.5, 0, 16, False)
@@ -123,26 +123,21 @@ def test_a_replay_keeps_no_tensor_of_its_first_launch_alive(kernel):
     assert alive() is None
 
 
-def test_launch_hooks_and_the_switch_send_launches_through_the_jit(kernel, monkeypatch):
+def test_the_switch_sends_launches_through_the_jit(kernel):
     x = torch.zeros(8)
-    monkeypatch.setattr(replay, "launch_hooks", lambda: ("enter", None))
-    call(kernel, x, x)
-    call(kernel, x, x)
-    assert len(kernel.jit_launches) == 2 and not replay._REPLAYS
-    monkeypatch.setattr(replay, "launch_hooks", lambda: (None, None))
     previous = replay.set_enabled(False)
     try:
         call(kernel, x, x)
         call(kernel, x, x)
     finally:
         replay.set_enabled(previous)
-    assert len(kernel.jit_launches) == 4 and not kernel.compiled.launcher_calls
+    assert len(kernel.jit_launches) == 2 and not kernel.compiled.launcher_calls and not replay._REPLAYS
 
 
-def test_hooks_set_after_a_replay_is_kept_get_the_launch_metadata(kernel, monkeypatch):
+def test_a_replay_passes_the_hooks_and_launch_metadata_as_the_jit_does(kernel, monkeypatch):
     x = torch.zeros(8)
-    call(kernel, x, x)
     monkeypatch.setattr(replay, "launch_hooks", lambda: ("enter", "exit"))
+    call(kernel, x, x)
     call(kernel, x, x)
     (launched,) = kernel.compiled.launcher_calls
     assert launched[6:9] == (("metadata", (4, 2)), "enter", "exit")
