@@ -1,0 +1,102 @@
+"""Which split-kernel configuration and split count read a KV cache fastest (GPU only).
+
+For each cell of the decoding benchmark's grid named on the command line (or the default: the
+cells past 256 MB that read below 80 % of the copy bandwidth in the benchmark), times
+kv_cache_attention unchecked under every (BLOCK_N, num_warps, num_stages) of the probe's grid
+(kernels.tuning.OVERRIDES["decode_split"]; BLOCK_M stays the plan's row tile) and every split
+count (0: the heuristic), all interleaved per cell (benchmarks.timing).  Prints the best per
+cell and the heuristic's share of it; JSON lines with --out.
+
+    python benchmarks/decode_probe.py [--cells bf16:16:1:1:131072,...] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from conformance.backends import activate  # noqa: E402
+
+activate()
+
+import torch  # noqa: E402
+
+from conformance.bundled.benchmarks import decode, timing  # noqa: E402
+from conformance.bundled.kernels import kv_cache_attention, tuning  # noqa: E402
+from conformance.bundled.kernels.launch_tables import LaunchConfig  # noqa: E402
+
+DEFAULT_CELLS = [decode.Cell("bf16", page, seq_q, batch, context)
+                 for page in (16, 64) for seq_q in (1, 4)
+                 for batch, context in ((1, 131072), (8, 16384), (8, 131072), (32, 4096), (128, 1024))]
+CONFIGS = [LaunchConfig(16, block_n, num_warps=warps, num_stages=stages)
+           for block_n, warps, stages in itertools.product((32, 64, 128), (4, 8), (2, 3, 4))]
+SPLITS = (0, 16, 32, 64, 128)
+POLICY = timing.RepetitionPolicy(target_ms=30.0, min_reps=5, max_reps=40, warmup_ms=10.0, rounds=1)
+
+
+def parse_cell(text: str) -> decode.Cell:
+    dtype, page, seq_q, batch, context = text.split(":")
+    return decode.Cell(dtype, int(page), int(seq_q), int(batch), int(context))
+
+
+def probe(cell: decode.Cell) -> list[dict]:
+    tensors = decode.problem(cell)
+
+    def call(config, splits):
+        def run():
+            tuning.OVERRIDES["decode_split"] = config
+            try:
+                return kv_cache_attention(tensors.q, tensors.k_pages, tensors.v_pages, tensors.cache_seqlens,
+                                          block_table=tensors.block_table, causal=True, num_splits=splits,
+                                          check_values=False)
+            finally:
+                tuning.OVERRIDES.pop("decode_split", None)
+        return run
+
+    calls = {"table/0": lambda: kv_cache_attention(tensors.q, tensors.k_pages, tensors.v_pages,
+                                                   tensors.cache_seqlens, block_table=tensors.block_table,
+                                                   causal=True, check_values=False)}
+    for config, splits in itertools.product(CONFIGS, SPLITS):
+        calls[f"{config.block_n}x{config.num_warps}w{config.num_stages}s/{splits}"] = call(config, splits)
+    lines = []
+    for name, result in timing.interleaved_medians(calls, POLICY).items():
+        line = {"cell": cell.label, "variant": name, "cache_bytes": cell.cache_bytes}
+        if isinstance(result, BaseException):
+            line["error"] = f"{type(result).__name__}: {result}"[:200]
+        else:
+            line.update(ms=result[0], bandwidth=cell.cache_bytes / (result[0] / 1e3))
+        lines.append(line)
+    del tensors
+    torch.cuda.empty_cache()
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cells", help="comma-separated dtype:page:seq_q:batch:context (default: the slow cells)")
+    parser.add_argument("--out", type=pathlib.Path, help="JSON lines, one per (cell, variant)")
+    args = parser.parse_args(argv)
+    cells = [parse_cell(text) for text in args.cells.split(",")] if args.cells else DEFAULT_CELLS
+    copy = decode.copy_bandwidth(decode.POLICY)
+    print(f"copy bandwidth {copy / 1e9:.0f} GB/s", flush=True)
+    for cell in cells:
+        lines = probe(cell)
+        if args.out:
+            with args.out.open("a") as sink:
+                sink.writelines(json.dumps({**line, "copy_bandwidth": copy}) + "\n" for line in lines)
+        timed = sorted((line for line in lines if "ms" in line), key=lambda line: line["ms"])
+        table = next(line for line in lines if line["variant"] == "table/0")
+        best = timed[0]
+        print(f"{cell.label:34s} table {table.get('bandwidth', 0) / copy:5.0%}  best {best['variant']:16s} "
+              f"{best['bandwidth'] / copy:5.0%}  next " + ", ".join(
+                  f"{line['variant']} {line['bandwidth'] / copy:.0%}" for line in timed[1:5]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
