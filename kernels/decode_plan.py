@@ -25,18 +25,24 @@ from .targets import Target
 from .tuning import launch_config
 from .validation import DTYPE_NAMES
 
-# Programs the split heuristic aims at per processor (num_splits=0).  A decode step is bound by
-# memory bandwidth, and a program streams its key tiles one after another: one program per
-# multiprocessor keeps too few loads in flight (B 1, 8 kv heads, 128k keys: 8 x 16 splits = 128
-# programs on an H100's 132 SMs read at 35 % of its copy bandwidth, reports/h100-sm90/kv-cache).
-# A multiprocessor runs several programs at once, whose loads overlap; 4 each is a first choice,
-# not yet a measured optimum.
-PROGRAMS_PER_PROCESSOR = 4
+# Programs the split heuristic aims at per processor (num_splits=0), rounded down: a decode step
+# is bound by memory bandwidth, and a program streams its key tiles one after another, so a
+# processor needs several programs' loads in flight -- one each read a 128k cache at 35 % of an
+# H100's copy bandwidth.  Measured on the H100 (benchmarks/decode_probe.py,
+# reports/h100-sm90/kv-cache/split-probe/: bf16, D 128, 8 kv heads, pages of 16 and 64, Sq 1
+# and 4; share of the copy bandwidth): 8 slices (B 1) x 64 splits 76-79 %, x 32 88-90 %;
+# 64 slices (B 8, 128k keys) x 9 splits 84-85 %, x 16 99-100 %, x 32 97-99 %; 256 slices
+# (B 32, 4k) x 3 splits 89-91 %, x 16 76-83 %; 1024 slices (B 128, 1k) x 1 86-90 %, x 16
+# 55-66 %.  Too few programs leave the last wave short (B 8 x 9 = 576 programs: 4.4 waves of
+# 132); more splits than the bandwidth needs cost the merge (it reads every split's partial
+# one after another) and per-program set-up.  8 per processor, rounded down, lands on the
+# best of each of those.
+PROGRAMS_PER_PROCESSOR = 8
 # The most splits the heuristic picks: each split is one more program per (sequence, kv head),
 # with its own start (q's rows, the block table) and a [rows, D] fp32 partial that the merge
-# reads back one split after another.  64 still gives one sequence with 8 kv heads 512 programs,
-# about PROGRAMS_PER_PROCESSOR per SM of an H100.
-MAX_SPLITS = 64
+# reads back one split after another: for B 1 on the H100, 32 splits read at 88-90 % of the
+# copy bandwidth, 64 at 76-79 %, 128 at 65-69 % (the probe above).
+MAX_SPLITS = 32
 # The processors the heuristic fills where no GPU answers: Triton's CPU interpreter (a
 # stand-in that still gives a small batch several splits, so that path is the one tested)
 # and compile-only launches (CPU tensors standing in for a GPU's).
@@ -54,15 +60,15 @@ def processors(device: torch.device, on_device: bool) -> int:
 
 
 def split_count(requested: int, programs: int, capacity: int, block_n: int, available: int) -> int:
-    """The splits of every sequence's keys: `requested` where >= 1; else (0) enough that the
-    `programs` without splits, times the splits, give each of the `available` processors
-    PROGRAMS_PER_PROCESSOR programs (a memory-bound kernel needs several per processor to
+    """The splits of every sequence's keys: `requested` where >= 1; else (0) as many as keep
+    the `programs` without splits, times the splits, within PROGRAMS_PER_PROCESSOR per
+    processor of the `available` ones (a memory-bound kernel needs several per processor to
     draw the bandwidth), at most MAX_SPLITS and at most the key tiles of the cache's capacity
     per sequence (a split of at least one tile where a sequence fills it; the lengths
     themselves stay on the device), at least 1."""
     if requested:
         return requested
-    wanted = ceil_div(PROGRAMS_PER_PROCESSOR * available, max(programs, 1))
+    wanted = PROGRAMS_PER_PROCESSOR * available // max(programs, 1)
     return max(1, min(MAX_SPLITS, wanted, ceil_div(capacity, block_n)))
 
 
