@@ -62,21 +62,26 @@ def append_rows(NEW, CACHE, batch, kv_head, tokens, pages, slots, dims,
                  tokens < seq_q, dims, stride_cd, head_dim)
 
 
-@triton.jit(do_not_specialize=["kv_heads", "seq_q", "page_size", "first_batch_head"])
+@triton.jit(do_not_specialize=["kv_heads", "seq_q", "page_size", "batch_size", "first_batch_head"])
 def append_kernel(
-    K_NEW, V_NEW, K_CACHE, V_CACHE, BLOCK_TABLE, CACHE_SEQLENS,
+    K_NEW, V_NEW, K_CACHE, V_CACHE, BLOCK_TABLE, CACHE_SEQLENS, OUTSIDE,
     stride_knb, stride_knm, stride_knh, stride_knd,
     stride_vnb, stride_vnm, stride_vnh, stride_vnd,
     stride_kp, stride_ks, stride_kh, stride_kd,
     stride_vp, stride_vs, stride_vh, stride_vd,
     stride_tb, stride_tp,
-    kv_heads, seq_q, page_size, head_dim,
+    kv_heads, seq_q, page_size, head_dim, batch_size,
     first_batch_head,
-    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, CHECKED: tl.constexpr,
 ):
     """k_new, v_new (B, Sq, Hkv, D) written to cache positions cache_seqlens[b] + i of
     sequence b, one program per (BLOCK_M new tokens, sequence x kv head).  Nothing else of
-    the caches is touched."""
+    the caches is touched.  CHECKED: OUTSIDE holds cache_values_kernel's answer for the
+    `batch_size` sequences, and where any sequence's values leave the cache nothing is
+    written at all (the call raises once it reads the answer: the cache stays as it was)."""
+    if CHECKED:
+        if any_flagged(OUTSIDE, batch_size, 1024):
+            return
     block, _, batch, kv_head, _ = program_coordinates(kv_heads, 1, first_batch_head)
     tokens = block * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
@@ -92,6 +97,16 @@ def append_kernel(
                 seq_q, head_dim)
 
 
+@triton.jit
+def any_flagged(FLAGS, count, BLOCK: tl.constexpr):
+    """Whether any of the `count` int32 flags at FLAGS is set."""
+    flagged = 0
+    for start in range(0, count, BLOCK):
+        offsets = start + tl.arange(0, BLOCK)
+        flagged = tl.maximum(flagged, tl.max(tl.load(FLAGS + offsets, mask=offsets < count, other=0), axis=0))
+    return flagged != 0
+
+
 @triton.jit(do_not_specialize=["appended", "capacity", "num_pages", "page_size", "first_batch_head"])
 def cache_values_kernel(
     CACHE_SEQLENS, BLOCK_TABLE, OUTSIDE, stride_tb, stride_tp,
@@ -104,7 +119,8 @@ def cache_values_kernel(
     `capacity` positions; PAGED, an entry of the block table it reaches (the first
     ceil((L_b + appended) / page_size)) outside [0, num_pages).  What kernels.validation's
     check_cache_values checks, without a read back per reduction: the host reads OUTSIDE
-    once (kernels.kv_cache._check_values).  first_batch_head: kernels.launch's, for axis 1,
+    once, after the call's other kernels are queued (kernels.value_check), which read it
+    first: append_kernel and decode_split_kernel leave flagged values unread.  first_batch_head: kernels.launch's, for axis 1,
     which has one slice here."""
     batch = tl.program_id(0)
     length = tl.load(CACHE_SEQLENS + batch).to(tl.int64)

@@ -98,7 +98,7 @@ def store_partial(out_base, lse_base, out, lse, rows, dims, stride_pm, stride_pd
 @triton.jit(do_not_specialize=["kv_heads", "group_size", "seq_q", "page_size", "num_splits",
                                "window_left", "window_right", "first_batch_head"])
 def decode_split_kernel(
-    Q, K, V, BLOCK_TABLE, CONTEXT_LENS, PARTIAL_OUT, PARTIAL_LSE,
+    Q, K, V, BLOCK_TABLE, CONTEXT_LENS, OUTSIDE, PARTIAL_OUT, PARTIAL_LSE,
     sm_scale, k_descale, v_descale,
     stride_qb, stride_qm, stride_qh, stride_qd,
     stride_kp, stride_ks, stride_kh, stride_kd,
@@ -110,8 +110,12 @@ def decode_split_kernel(
     first_batch_head,
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
     DEQUANTIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    INTERPRETED: tl.constexpr, HEAD_CHUNK: tl.constexpr = 0,
+    INTERPRETED: tl.constexpr, CHECKED: tl.constexpr, HEAD_CHUNK: tl.constexpr = 0,
 ):
+    """One (row tile, split) of one (sequence, kv head): its fp32 partial output and lse.
+    CHECKED: OUTSIDE holds cache_values_kernel's answer, and a sequence whose values leave the
+    cache reads no key (as if empty): its table and length are not followed out of bounds
+    while the host has yet to read the answer and raise (kernels.value_check)."""
     block, batch_head, batch, kv_head, _ = program_coordinates(kv_heads, 1, first_batch_head)
     split = block % num_splits
     row_start = (block // num_splits) * BLOCK_M
@@ -123,6 +127,8 @@ def decode_split_kernel(
     lse_base = PARTIAL_LSE + slot * stride_ls
 
     context_len = tl.load(CONTEXT_LENS + batch)
+    if CHECKED:
+        context_len = tl.where(tl.load(OUTSIDE + batch) != 0, 0, context_len)
     split_first, split_stop = split_keys(context_len, split, num_splits, BLOCK_N)
     last_token = (tl.minimum(row_start + BLOCK_M, rows_total) - 1) // group_size
     band_lo, band_hi = band_keys(row_start // group_size, last_token, seq_q, context_len,

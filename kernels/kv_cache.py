@@ -27,7 +27,8 @@ from typing import NamedTuple
 import torch
 
 from .allocation import new_output
-from .decode_cache import append_kernel, cache_values_kernel
+from . import value_check
+from .decode_cache import append_kernel
 from .decode_forward import decode_merge_kernel, decode_split_kernel
 from .decode_plan import launch_plan
 from .flash import contiguous
@@ -42,7 +43,6 @@ from .validation import (
     check_alibi_slopes,
     check_block_table,
     check_cache_seqlens,
-    check_cache_values,
     check_descale,
     check_device,
     check_dtype_supported,
@@ -92,6 +92,7 @@ class DecodeProblem:
     dequantize: bool
     num_splits: int
     target: Target
+    value_check: value_check.PendingCheck | None  # check_values=True: its answer's flags, read by the kernels
 
     @property
     def group(self) -> int:
@@ -107,9 +108,16 @@ class DecodeProblem:
         return score_arguments(self.band, self.softcap, self.alibi_slopes)
 
     def kernel_flags(self) -> dict:
-        """The split kernel's constexpr flags: the mask, the score variants, an fp8 cache."""
+        """The split kernel's constexpr flags: the mask, the score variants, an fp8 cache, the
+        values' check."""
         return dict(CAUSAL=self.causal, WINDOW=self.band is not None, SOFTCAP=self.softcap is not None,
-                    ALIBI=self.alibi_slopes is not None, DEQUANTIZE=self.dequantize)
+                    ALIBI=self.alibi_slopes is not None, DEQUANTIZE=self.dequantize,
+                    CHECKED=self.value_check is not None)
+
+    def value_flags(self) -> torch.Tensor:
+        """The values' check's per-sequence flags the kernels read (CHECKED), else any int32
+        tensor standing in (never read)."""
+        return self.context_lens if self.value_check is None else self.value_check.flags
 
 
 def _check_tensors(q, k_cache, v_cache, target: Target) -> None:
@@ -247,46 +255,20 @@ def _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_n
     device = q.device
     table = block_table if paged else _contiguous_table(batch, device)
     check_flag("check_values", check_values)
-    if check_values:
-        _check_values(cache_seqlens, appended, capacity, table, paged, k_cache.shape[0], page_size)
     check_flag("causal", causal)
     window = NO_WINDOW if window_size is NO_WINDOW else check_window_size(window_size)
     causal, band = resolve_window(window, causal, seq_q, capacity)
     slopes = contiguous(check_alibi_slopes(alibi_slopes, batch, heads, device))
     descales = (check_descale("k_descale", k_descale, k_cache.dtype),
                 check_descale("v_descale", v_descale, k_cache.dtype))
+    scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else check_sm_scale(sm_scale)
+    splits, softcap = check_num_splits(num_splits), check_optional_softcap(softcap)
+    # Last, once every other argument is known good: the values' check is launched, not yet read.
+    pending = value_check.start(cache_seqlens, appended, capacity, table, paged, k_cache.shape[0],
+                                page_size) if check_values else None
     return DecodeProblem(batch, heads, kv_heads, seq_q, head_dim, table, page_size,
                          cache_seqlens + appended if appended else cache_seqlens.contiguous(), capacity, causal, band,
-                         check_optional_softcap(softcap), slopes,
-                         1.0 / math.sqrt(head_dim) if sm_scale is None else check_sm_scale(sm_scale),
-                         descales, k_cache.dtype in FP8, check_num_splits(num_splits), target)
-
-
-# Block-table entries a program of cache_values_kernel checks at a time.
-VALUE_CHECK_BLOCK = 1024
-
-
-def _check_values(cache_seqlens, appended: int, capacity: int, table, paged: bool, num_pages: int,
-                  page_size: int) -> None:
-    """kernels.validation.check_cache_values, with one small kernel finding whether any value
-    is wrong and one read back of its (batch,) answer: the reductions and read back of
-    check_cache_values cost ~0.36 ms of host time per call on the H100 machines, this
-    0.07-0.08 ms (reports/h100-sm90/kv-cache/host-time/, launch_cost.py).  Where one is wrong,
-    check_cache_values names it; where launches do not reach a device (compile-only), it
-    checks alone.  table: the call's block table, or the contiguous cache's own (whose entries
-    need no check: `paged` False)."""
-    batch = cache_seqlens.shape[0]
-    block_table = table if paged else None  # what check_cache_values checks the entries of
-    if batch == 0 or not launches_on_device():
-        check_cache_values(cache_seqlens, appended, capacity, block_table, num_pages, page_size)
-        return
-    outside = torch.empty(batch, dtype=torch.int32, device=cache_seqlens.device)
-    launch(cache_values_kernel, batch, 1, cache_seqlens, table, outside, *table.stride(),
-           appended, capacity, num_pages, page_size, PAGED=paged, BLOCK=VALUE_CHECK_BLOCK)
-    if outside.cpu().any():
-        check_cache_values(cache_seqlens, appended, capacity, block_table, num_pages, page_size)
-        raise RuntimeError("kv_cache_attention: cache_values_kernel found a value outside the cache that "
-                           "check_cache_values did not (a harness bug, not the caller's)")
+                         softcap, slopes, scale, descales, k_cache.dtype in FP8, splits, target, pending)
 
 
 def _append(k_new, v_new, k_cache, v_cache, cache_seqlens, problem: DecodeProblem, block_d: int) -> None:
@@ -294,10 +276,10 @@ def _append(k_new, v_new, k_cache, v_cache, cache_seqlens, problem: DecodeProble
     if k_new.numel() == 0:
         return
     launch(append_kernel, ceil_div(problem.seq_q, APPEND_TOKENS), problem.batch * problem.kv_heads,
-           k_new, v_new, k_cache, v_cache, problem.block_table, cache_seqlens,
+           k_new, v_new, k_cache, v_cache, problem.block_table, cache_seqlens, problem.value_flags(),
            *k_new.stride(), *v_new.stride(), *k_cache.stride(), *v_cache.stride(), *problem.block_table.stride(),
            problem.kv_heads, problem.seq_q, problem.page_size, head_dim_bound(problem.head_dim, block_d),
-           BLOCK_M=APPEND_TOKENS, BLOCK_D=block_d)
+           problem.batch, BLOCK_M=APPEND_TOKENS, BLOCK_D=block_d, CHECKED=problem.value_check is not None)
 
 
 def _attend(q, k_cache, v_cache, problem: DecodeProblem):
@@ -316,7 +298,8 @@ def _attend(q, k_cache, v_cache, problem: DecodeProblem):
     partial_strides = (*partial_out.stride(), partial_lse.stride(0))
     record_launch("decode_split", plan.split_config)
     launch(decode_split_kernel, plan.split_blocks, batch_heads,
-           q, k_cache, v_cache, problem.block_table, problem.context_lens, partial_out, partial_lse,
+           q, k_cache, v_cache, problem.block_table, problem.context_lens, problem.value_flags(), partial_out,
+           partial_lse,
            problem.sm_scale, *problem.descales,
            *q.stride(), *k_cache.stride(), *v_cache.stride(), *problem.block_table.stride(), *partial_strides,
            kv_heads, problem.group, problem.seq_q, problem.page_size, plan.split_head_dim, plan.splits,
@@ -356,12 +339,14 @@ def kv_cache_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, 
     num_splits: 0 lets the kernel choose (decode_plan.split_count); n >= 1 splits every sequence's
         keys into n runs of whole key tiles, merged by log-sum-exp.
     return_log_normalizer: also return lse (batch, heads, seqlen_q) fp32.
-    check_values: check cache_seqlens' and block_table's values before launching (a length
-        beyond the cache, a page index outside it: a clear error instead of a read or write
-        out of bounds).  It costs one read back to the host, which waits for the GPU work
-        queued before the call; False skips it, for a serving loop that builds its own tables
-        (FlashAttention-2's and vLLM's kernels never check) -- bad values then read and write
-        wherever they point.  Shapes, dtypes and devices are checked either way.
+    check_values: check cache_seqlens' and block_table's values (a length beyond the cache, a
+        page index outside it: a clear error, the caches untouched and nothing read out of
+        bounds).  It costs one small kernel and one read back to the host at the end of the
+        call, which waits for the GPU work queued before the check (not for the call's own
+        attention: kernels.value_check); refused under CUDA graph capture.  False skips it,
+        for a serving loop that builds its own tables (FlashAttention-2's and vLLM's kernels
+        never check) -- bad values then read and write wherever they point.  Shapes, dtypes
+        and devices are checked either way.
 
     Rows that see no key (L_b = 0, or all masked) give out 0 and lse -inf.  Returns out
     (batch, seqlen_q, heads, head_dim) in q's dtype, or (out, lse).  Forward only.
@@ -372,4 +357,6 @@ def kv_cache_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, 
     if k_new is not None:
         _append(k_new, v_new, k_cache, v_cache, cache_seqlens, problem, padded_head_dim(problem.head_dim, q.dtype))
     out, lse = _attend(q, k_cache, v_cache, problem)
+    if problem.value_check is not None:
+        value_check.finish(problem.value_check)  # raises where a value leaves the cache
     return (out, lse) if return_log_normalizer else out

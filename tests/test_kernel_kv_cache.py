@@ -450,6 +450,46 @@ def test_an_error_after_the_new_tokens_leaves_the_cache_untouched():
     assert torch.equal(args["k_cache"], before)
 
 
+@pytest.mark.parametrize("bad", ["length past the cache", "negative length", "page outside the cache"])
+def test_values_that_leave_the_cache_raise_after_the_kernels_are_queued_and_touch_nothing(bad):
+    """The value check's answer is read at the end of the call (kernels.value_check): by then the
+    append and attention kernels ran, reading the answer first -- the caches must be as they
+    were, the flagged sequence read as empty (no read through its length or table), and the
+    error the one check_cache_values names."""
+    args = valid_arguments(paged=True)
+    gen = torch.Generator().manual_seed(3)
+    args.update(k_new=draw((2, 4, 2, 16), gen, FP16), v_new=draw((2, 4, 2, 16), gen, FP16))
+    if bad == "length past the cache":
+        args["cache_seqlens"] = torch.tensor([3, 1 << 20], dtype=torch.int32)
+        message = "^cache_seqlens: "
+    elif bad == "negative length":
+        args["cache_seqlens"] = torch.tensor([-5, 2], dtype=torch.int32)
+        message = "^cache_seqlens: "
+    else:
+        args["block_table"] = torch.tensor([[4, 1 << 24, -1], [2, 3, 1]], dtype=torch.int32)
+        message = "^block_table: expected the pages sequences reach in"
+    before = (args["k_cache"].clone(), args["v_cache"].clone())
+    with pytest.raises(ValueError, match=message):
+        kernels.kv_cache_attention(**args)
+    assert torch.equal(args["k_cache"], before[0]) and torch.equal(args["v_cache"], before[1])
+
+
+def test_a_flagged_sequence_is_read_as_empty_and_the_others_as_they_are():
+    """decode_split_kernel with CHECKED: the sequence the check flags sees no key (out 0, lse
+    -inf in the partials), the other gives what an unchecked call gives."""
+    from conformance.bundled.kernels import kv_cache, value_check
+
+    args = valid_arguments(paged=True)
+    out, lse = kernels.kv_cache_attention(**args, return_log_normalizer=True, check_values=False)
+    problem = kv_cache._check_arguments(args["q"], args["k_cache"], args["v_cache"], args["cache_seqlens"],
+                                        args["block_table"], None, None, False, kv_cache.NO_WINDOW, 0.0, None, None,
+                                        0, None, None, True)
+    problem.value_check = value_check.PendingCheck(torch.tensor([0, 1], dtype=torch.int32), None, None, ())
+    flagged_out, flagged_lse = kv_cache._attend(args["q"], args["k_cache"], args["v_cache"], problem)
+    assert torch.equal(flagged_out[0], out[0]) and torch.equal(flagged_lse[0], lse[0])
+    assert not flagged_out[1].any() and torch.isneginf(flagged_lse[1]).all()
+
+
 # ----------------------------------------------------------------------------- mutants
 
 KILLERS = {
