@@ -30,8 +30,8 @@ from .validation import DTYPE_NAMES
 # processor needs several programs' loads in flight -- one each read a 128k cache at 35 % of an
 # H100's copy bandwidth.  Measured on the H100 (benchmarks/decode_probe.py,
 # reports/h100-sm90/kv-cache/split-probe/: bf16, D 128, 8 kv heads, pages of 16 and 64, Sq 1
-# and 4; share of the copy bandwidth): 8 slices (B 1) x 64 splits 76-79 %, x 32 88-90 %;
-# 64 slices (B 8, 128k keys) x 9 splits 84-85 %, x 16 99-100 %, x 32 97-99 %; 256 slices
+# and 4; share of the copy bandwidth): 8 slices (B 1) x 64 splits 76-79 %, x 32 87-89 %;
+# 64 slices (B 8, 128k keys) x 9 splits 84-85 %, x 16 99-100 %, x 32 97-98 %; 256 slices
 # (B 32, 4k) x 3 splits 89-91 %, x 16 76-83 %; 1024 slices (B 128, 1k) x 1 86-90 %, x 16
 # 55-66 %.  Too few programs leave the last wave short (B 8 x 9 = 576 programs: 4.4 waves of
 # 132); more splits than the bandwidth needs cost the merge (it reads every split's partial
@@ -40,8 +40,8 @@ from .validation import DTYPE_NAMES
 PROGRAMS_PER_PROCESSOR = 8
 # The most splits the heuristic picks: each split is one more program per (sequence, kv head),
 # with its own start (q's rows, the block table) and a [rows, D] fp32 partial that the merge
-# reads back one split after another: for B 1 on the H100, 32 splits read at 88-90 % of the
-# copy bandwidth, 64 at 76-79 %, 128 at 65-69 % (the probe above).
+# reads back one split after another: for B 1 on the H100, 32 splits read at 87-89 % of the
+# copy bandwidth, 64 at 76-79 %, 128 at 65-68 % (the probe above).
 MAX_SPLITS = 32
 # The processors the heuristic fills where no GPU answers: Triton's CPU interpreter (a
 # stand-in that still gives a small batch several splits, so that path is the one tested)

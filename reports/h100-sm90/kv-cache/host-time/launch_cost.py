@@ -27,6 +27,12 @@ def per_call_us(fn, n=2000):
     torch.cuda.synchronize()
     return host
 
+from conformance.bundled.kernels import replay
+previous = replay.set_enabled(False)
+print(f"whole call (unchecked, JIT dispatch)  {per_call_us(call):7.1f} us")
+print(f"whole call (checked, JIT dispatch)    {per_call_us(lambda: kv.kv_cache_attention(t.q, t.k_pages, t.v_pages, t.cache_seqlens, block_table=t.block_table, causal=True), 500):7.1f} us")
+replay.set_enabled(previous)
+print(f"replays enabled: {previous}")
 print(f"whole call (unchecked)      {per_call_us(call):7.1f} us")
 checked = lambda: kv.kv_cache_attention(t.q, t.k_pages, t.v_pages, t.cache_seqlens, block_table=t.block_table, causal=True)
 print(f"whole call (checked)        {per_call_us(checked, 500):7.1f} us")
@@ -48,6 +54,7 @@ for kernel, grid, a, k in launches:
     name = kernel.fn.__name__ if hasattr(kernel, "fn") else str(kernel)
     print(f"{name}: {len(a)} positional + {len(k)} keyword arguments, grid {grid}")
     print(f"  kernel[grid](...)         {per_call_us(lambda: kernel[grid](*a, **k)):7.1f} us")
+    print(f"  replay.launch(...)        {per_call_us(lambda: replay.launch(kernel, grid, a, k)):7.1f} us")
     compiled = kernel[grid](*a, **k)
     device = torch.cuda.current_device()
     try:
@@ -61,3 +68,5 @@ for kernel, grid, a, k in launches:
         print(f"  binder(...) alone         {per_call_us(lambda: binder(*a, **k)):7.1f} us")
     except Exception as exc:  # noqa: BLE001
         print("  bypass failed:", type(exc).__name__, exc)
+
+print("replay counts", replay.counts)
