@@ -15,7 +15,10 @@ tensors in the places the first launch's held.
 What the launcher takes differs by Triton release (read in each release's runtime/jit.py):
 3.2 passes the non-constexpr arguments, 3.3 to 3.9 every argument in parameter order, and
 the launch hooks moved from CompiledKernel's class attributes to triton.knobs in 3.4 (chains,
-never None, from 3.5); a replay passes the hooks and launch metadata as the JIT would.  Any
+never None, from 3.5); a replay passes the hooks and launch metadata as the JIT would.  What a
+replay does not follow: Triton's compilation knobs changed while the process runs (debug,
+instrumentation), which the JIT would compile a new kernel for; set them before the first
+launch, or FA_JIT_LAUNCH=1.  Any
 other release, the interpreter, autotuned kernels, a kernel with pre-run hooks, and
 FA_JIT_LAUNCH=1 in the environment go through the JIT every time.
 """
@@ -104,9 +107,15 @@ def launch(kernel, grid: tuple, args: tuple, kwargs: dict) -> None:
         return
     flat = args + tuple(kwargs.values()) if kwargs else args
     device = driver.active.get_current_device()
-    key = (kernel, grid, device, tuple(kwargs),
+    # Each argument's type too: True == 1 == 1.0 as keys, not as the JIT's specialisations.
+    key = (kernel, grid, device, tuple(kwargs), tuple(map(type, flat)),
            tuple([(v.dtype, v.data_ptr() % 16 == 0) if isinstance(v, torch.Tensor) else v for v in flat]))
-    replay = _REPLAYS.get(key)
+    try:
+        replay = _REPLAYS.get(key)
+    except TypeError:  # an argument that is no key (a list, ...): the JIT decides
+        counts["through_jit"] += 1
+        kernel[grid](*args, **kwargs)
+        return
     if replay is not None:
         counts["replayed"] += 1
         replay.launch(grid, driver.active.get_current_stream(device), flat)

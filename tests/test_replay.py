@@ -89,7 +89,8 @@ def test_triton_3_2_convention_passes_only_the_non_constexpr_arguments(kernel, m
     assert launched[9:11] == (x, out) and launched[11:] == (64, 0.5, 0)
 
 
-@pytest.mark.parametrize("change", ["int", "float", "grid", "constexpr", "dtype", "misaligned"])
+@pytest.mark.parametrize("change", ["int", "float", "grid", "constexpr", "dtype", "misaligned", "int for float",
+                                    "bool for int"])
 def test_anything_the_jit_specialises_on_goes_through_the_jit_again(kernel, change):
     x = torch.zeros(64)
     call(kernel, x, x)
@@ -100,9 +101,12 @@ def test_anything_the_jit_specialises_on_goes_through_the_jit_again(kernel, chan
         "constexpr": lambda: call(kernel, x, x, FLAG=True),
         "dtype": lambda: call(kernel, x.half(), x),
         "misaligned": lambda: call(kernel, x[1:], x),  # 4 bytes past a 16-byte boundary
+        "int for float": lambda: call(kernel, x, x, scale=0.5 + 0.5) or call(kernel, x, x, scale=1),
+        "bool for int": lambda: call(kernel, x, x, n=1) or call(kernel, x, x, n=True),
     }[change]
     changed()
-    assert len(kernel.jit_launches) == 2 and not kernel.compiled.launcher_calls
+    pairs = change in ("int for float", "bool for int")  # two new signatures, equal as plain values
+    assert len(kernel.jit_launches) == (3 if pairs else 2) and not kernel.compiled.launcher_calls
 
 
 def test_the_same_tensor_twice_then_two_tensors_fills_each_place(kernel):
@@ -121,6 +125,13 @@ def test_a_replay_keeps_no_tensor_of_its_first_launch_alive(kernel):
     del cache
     gc.collect()
     assert alive() is None
+
+
+def test_an_argument_that_is_no_key_goes_through_the_jit(kernel):
+    x = torch.zeros(8)
+    call(kernel, x, x, scale=[0.5])
+    call(kernel, x, x, scale=[0.5])
+    assert len(kernel.jit_launches) == 2 and not kernel.compiled.launcher_calls
 
 
 def test_the_switch_sends_launches_through_the_jit(kernel):
