@@ -17,8 +17,9 @@ import torch
 from conformance.bundled.kernels import replay
 
 
-def fake_kernel(x_ptr, out_ptr, n, scale, first_batch_head, BLOCK: "constexpr", FLAG: "constexpr" = False):
-    """The stand-in's parameters: two tensors, two scalars, one int keyword and two constexprs."""
+def fake_kernel(x_ptr, out_ptr, n, scale, first_batch_head, BLOCK, FLAG=False):
+    """The stand-in's parameters: two tensors, two scalars, one int keyword and two constexprs
+    (the upper-case ones, as the bundled kernels name theirs)."""
 
 
 class FakeCompiled:
@@ -39,8 +40,7 @@ class FakeJIT:
 
     def __init__(self):
         self.signature = inspect.signature(fake_kernel)
-        self.params = [SimpleNamespace(name=name, is_constexpr=param.annotation == "constexpr")
-                       for name, param in self.signature.parameters.items()]
+        self.params = [SimpleNamespace(name=name, is_constexpr=name.isupper()) for name in self.signature.parameters]
         self.jit_launches = []
         self.compiled = FakeCompiled()
 
