@@ -36,7 +36,8 @@ from .validation import DTYPE_NAMES
 # 55-66 %.  Too few programs leave the last wave short (B 8 x 9 = 576 programs: 4.4 waves of
 # 132); more splits than the bandwidth needs cost the merge (it reads every split's partial
 # one after another) and per-program set-up.  8 per processor, rounded down, lands on the
-# best of each of those.
+# best measured for B 1 (32), B 8 (16) and B 128 (1); B 32 gets 4 splits, which the probe did
+# not time (the benchmark at eba9200 read those cells at 83-89 %, reports/h100-sm90/kv-cache/).
 PROGRAMS_PER_PROCESSOR = 8
 # The most splits the heuristic picks: each split is one more program per (sequence, kv head),
 # with its own start (q's rows, the block table) and a [rows, D] fp32 partial that the merge

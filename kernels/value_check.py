@@ -3,8 +3,8 @@
 The lengths and the block table live on the device, so checking their values means reading an
 answer back to the host, and a read back waits for everything queued before it.  Read at the
 start of the call, it left the GPU idle while the host then queued the call's kernels: on the
-H100 the checked call read large caches at 41-71 % of the copy bandwidth where the unchecked one
-read at 70-100 % (reports/h100-sm90/kv-cache/benchmark-ddf1e78/).
+H100 the checked call read the 512 MiB caches at 32-56 % of the copy bandwidth where the
+unchecked one read them at 45-90 % (reports/h100-sm90/kv-cache/benchmark-ddf1e78/).
 
 So the answer is read at the end.  `start` launches cache_values_kernel (per sequence: are its
 values inside the cache?) and queues the copy of its answer to pinned host memory behind it,
