@@ -146,11 +146,12 @@ def problem(cell: Cell, device="cuda", seed: int = 0) -> Problem:
     return Problem(q, k_pages, v_pages, order.view(cell.batch, pages_per_sequence), lengths)
 
 
-def _bundled(cell: Cell, tensors: Problem, check_values: bool = True):
+def _bundled(cell: Cell, tensors: Problem, check_values: bool = True, num_splits: int = 0):
     from conformance.bundled.kernels import kv_cache_attention
 
     return lambda: kv_cache_attention(tensors.q, tensors.k_pages, tensors.v_pages, tensors.cache_seqlens,
-                                      block_table=tensors.block_table, causal=True, check_values=check_values)
+                                      block_table=tensors.block_table, causal=True, num_splits=num_splits,
+                                      check_values=check_values)
 
 
 def _bundled_unchecked(cell: Cell, tensors: Problem):

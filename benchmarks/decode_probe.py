@@ -27,7 +27,7 @@ activate()
 import torch  # noqa: E402
 
 from conformance.bundled.benchmarks import decode, timing  # noqa: E402
-from conformance.bundled.kernels import kv_cache_attention, tuning  # noqa: E402
+from conformance.bundled.kernels import tuning  # noqa: E402
 from conformance.bundled.kernels.launch_tables import LaunchConfig  # noqa: E402
 
 DEFAULT_CELLS = [decode.Cell("bf16", page, seq_q, batch, context)
@@ -48,19 +48,20 @@ def probe(cell: decode.Cell) -> list[dict]:
     tensors = decode.problem(cell)
 
     def call(config, splits):
+        """The benchmark's unchecked bundled call, under `config` (None: the table's)."""
+        bundled = decode._bundled(cell, tensors, check_values=False, num_splits=splits)
+        if config is None:
+            return bundled
+
         def run():
             tuning.OVERRIDES["decode_split"] = config
             try:
-                return kv_cache_attention(tensors.q, tensors.k_pages, tensors.v_pages, tensors.cache_seqlens,
-                                          block_table=tensors.block_table, causal=True, num_splits=splits,
-                                          check_values=False)
+                return bundled()
             finally:
                 tuning.OVERRIDES.pop("decode_split", None)
         return run
 
-    calls = {"table/0": lambda: kv_cache_attention(tensors.q, tensors.k_pages, tensors.v_pages,
-                                                   tensors.cache_seqlens, block_table=tensors.block_table,
-                                                   causal=True, check_values=False)}
+    calls = {"table/0": call(None, 0)}
     for config, splits in itertools.product(CONFIGS, SPLITS):
         calls[f"{config.block_n}x{config.num_warps}w{config.num_stages}s/{splits}"] = call(config, splits)
     lines = []
