@@ -102,8 +102,7 @@ def replayable(kernel) -> bool:
 def launch(kernel, grid: tuple, args: tuple, kwargs: dict) -> None:
     """kernel[grid](*args, **kwargs), through a replay where one is kept for the signature."""
     if not _enabled or not replayable(kernel):
-        counts["through_jit"] += 1
-        kernel[grid](*args, **kwargs)
+        _through_jit(kernel, grid, args, kwargs)
         return
     flat = args + tuple(kwargs.values()) if kwargs else args
     device = driver.active.get_current_device()
@@ -113,20 +112,23 @@ def launch(kernel, grid: tuple, args: tuple, kwargs: dict) -> None:
     try:
         replay = _REPLAYS.get(key)
     except TypeError:  # an argument that is no key (a list, ...): the JIT decides
-        counts["through_jit"] += 1
-        kernel[grid](*args, **kwargs)
+        _through_jit(kernel, grid, args, kwargs)
         return
     if replay is not None:
         counts["replayed"] += 1
         replay.launch(grid, driver.active.get_current_stream(device), flat)
         return
-    counts["through_jit"] += 1
-    compiled = kernel[grid](*args, **kwargs)
+    compiled = _through_jit(kernel, grid, args, kwargs)
     if key in _REPLAYS:
         return
     if len(_REPLAYS) >= _REPLAYS_KEPT:
         _REPLAYS.clear()
     _REPLAYS[key] = _replay_of(kernel, compiled, args, kwargs)
+
+
+def _through_jit(kernel, grid: tuple, args: tuple, kwargs: dict):
+    counts["through_jit"] += 1
+    return kernel[grid](*args, **kwargs)
 
 
 def _replay_of(kernel, compiled, args: tuple, kwargs: dict) -> Replay | None:
