@@ -62,6 +62,20 @@ def append_rows(NEW, CACHE, batch, kv_head, tokens, pages, slots, dims,
                  tokens < seq_q, dims, stride_cd, head_dim)
 
 
+# The value check's flags append_kernel loads at a time (one per sequence of the batch).
+FLAGS_PER_STEP = tl.constexpr(1024)
+
+
+@triton.jit
+def any_flagged(FLAGS, count, BLOCK: tl.constexpr):
+    """Whether any of the `count` int32 flags at FLAGS is set."""
+    flagged = 0
+    for start in range(0, count, BLOCK):
+        offsets = start + tl.arange(0, BLOCK)
+        flagged = tl.maximum(flagged, tl.max(tl.load(FLAGS + offsets, mask=offsets < count, other=0), axis=0))
+    return flagged != 0
+
+
 @triton.jit(do_not_specialize=["kv_heads", "seq_q", "page_size", "batch_size", "first_batch_head"])
 def append_kernel(
     K_NEW, V_NEW, K_CACHE, V_CACHE, BLOCK_TABLE, CACHE_SEQLENS, OUTSIDE,
@@ -80,7 +94,7 @@ def append_kernel(
     `batch_size` sequences, and where any sequence's values leave the cache nothing is
     written at all (the call raises once it reads the answer: the cache stays as it was)."""
     if CHECKED:
-        if any_flagged(OUTSIDE, batch_size, 1024):
+        if any_flagged(OUTSIDE, batch_size, FLAGS_PER_STEP):
             return
     block, _, batch, kv_head, _ = program_coordinates(kv_heads, 1, first_batch_head)
     tokens = block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -95,16 +109,6 @@ def append_kernel(
     append_rows(V_NEW, V_CACHE, batch, kv_head, tokens, pages, slots, dims,
                 stride_vnb, stride_vnm, stride_vnh, stride_vnd, stride_vp, stride_vs, stride_vh, stride_vd,
                 seq_q, head_dim)
-
-
-@triton.jit
-def any_flagged(FLAGS, count, BLOCK: tl.constexpr):
-    """Whether any of the `count` int32 flags at FLAGS is set."""
-    flagged = 0
-    for start in range(0, count, BLOCK):
-        offsets = start + tl.arange(0, BLOCK)
-        flagged = tl.maximum(flagged, tl.max(tl.load(FLAGS + offsets, mask=offsets < count, other=0), axis=0))
-    return flagged != 0
 
 
 @triton.jit(do_not_specialize=["appended", "capacity", "num_pages", "page_size", "first_batch_head"])
