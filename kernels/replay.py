@@ -59,9 +59,10 @@ except ImportError:  # triton 3.2, 3.3
 class Replay:
     """One compiled kernel and its launcher's arguments, the tensors' places left to fill."""
 
-    __slots__ = ("compiled", "values", "tensor_slots")
+    __slots__ = ("kernel", "compiled", "values", "tensor_slots")
 
-    def __init__(self, compiled, values: list, tensor_slots: tuple[tuple[int, int], ...]):
+    def __init__(self, kernel, compiled, values: list, tensor_slots: tuple[tuple[int, int], ...]):
+        self.kernel = kernel  # the key holds id(kernel): a replay answers for this kernel only
         self.compiled = compiled
         self.values = values  # what the launcher takes, as the first launch passed it
         self.tensor_slots = tensor_slots  # (position among values, position among the call's arguments)
@@ -82,6 +83,7 @@ class Replay:
 # Replays by key (launch's); emptied when full, like the other host caches of a decode step.
 _REPLAYS: dict[tuple, Replay | None] = {}
 _REPLAYS_KEPT = 1024
+_TENSOR_PLACES: dict[tuple, tuple[int, ...]] = {}
 _enabled = KNOWN_RELEASES[0] <= RELEASE <= KNOWN_RELEASES[1] and os.environ.get("FA_JIT_LAUNCH", "0") in ("", "0")
 counts = {"replayed": 0, "through_jit": 0}
 
@@ -99,6 +101,17 @@ def replayable(kernel) -> bool:
     return isinstance(kernel, JITFunction) and not getattr(kernel, "pre_run_hooks", None)
 
 
+def _tensor_places(types: tuple) -> tuple[int, ...]:
+    """The positions of the tensors among arguments of `types`: kept per types tuple, so that a
+    launch's key costs a loop over its few tensors, not an isinstance over its ~50 arguments."""
+    places = _TENSOR_PLACES.get(types)
+    if places is None:
+        if len(_TENSOR_PLACES) >= _REPLAYS_KEPT:
+            _TENSOR_PLACES.clear()
+        places = _TENSOR_PLACES[types] = tuple(i for i, kind in enumerate(types) if issubclass(kind, torch.Tensor))
+    return places
+
+
 def launch(kernel, grid: tuple, args: tuple, kwargs: dict) -> None:
     """kernel[grid](*args, **kwargs), through a replay where one is kept for the signature."""
     if not _enabled or not replayable(kernel):
@@ -107,19 +120,24 @@ def launch(kernel, grid: tuple, args: tuple, kwargs: dict) -> None:
     flat = args + tuple(kwargs.values()) if kwargs else args
     device = driver.active.get_current_device()
     # Each argument's type too: True == 1 == 1.0 as keys, not as the JIT's specialisations.
-    key = (kernel, grid, device, tuple(kwargs), tuple(map(type, flat)),
-           tuple([(v.dtype, v.data_ptr() % 16 == 0) if isinstance(v, torch.Tensor) else v for v in flat]))
+    types = tuple(map(type, flat))
+    values = list(flat)
+    for place in _tensor_places(types):
+        tensor = flat[place]
+        values[place] = (tensor.dtype, tensor.data_ptr() % 16 == 0)
+    # id(kernel), not the kernel: a JITFunction hashes in Python (Replay.kernel confirms it).
+    key = (id(kernel), grid, device, tuple(kwargs), types, tuple(values))
     try:
         replay = _REPLAYS.get(key)
     except TypeError:  # an argument that is no key (a list, ...): the JIT decides
         _through_jit(kernel, grid, args, kwargs)
         return
-    if replay is not None:
+    if replay is not None and replay.kernel is kernel:
         counts["replayed"] += 1
         replay.launch(grid, driver.active.get_current_stream(device), flat)
         return
     compiled = _through_jit(kernel, grid, args, kwargs)
-    if key in _REPLAYS:
+    if replay is None and key in _REPLAYS:  # a signature that gives no replay
         return
     if len(_REPLAYS) >= _REPLAYS_KEPT:
         _REPLAYS.clear()
@@ -151,4 +169,4 @@ def _replay_of(kernel, compiled, args: tuple, kwargs: dict) -> Replay | None:
             tensor_slots.append((len(values), flat_index[param.name]))
             value = None
         values.append(value)
-    return Replay(compiled, values, tuple(tensor_slots))
+    return Replay(kernel, compiled, values, tuple(tensor_slots))

@@ -103,6 +103,12 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+# Targets by (active driver, its current device): a driver's report of one device never
+# changes, and asking it again (CUDA: the device's capability through torch) cost ~11 us on
+# the H100 machines, a tenth of a decode step's host time (reports/h100-sm90/kv-cache/host-time/).
+_TARGETS: dict[tuple, Target] = {}
+
+
 def current_target() -> Target:
     """The target launches go to: the interpreter, or triton's active driver's target
     (whatever driver is active: a compile-only driver names a GPU that is not there)."""
@@ -110,5 +116,10 @@ def current_target() -> Target:
         return INTERPRETER
     from triton.runtime import driver
 
-    target = driver.active.get_current_target()
-    return Target(target.backend, target.arch, target.warp_size)
+    active = driver.active
+    key = (active, active.get_current_device())
+    target = _TARGETS.get(key)
+    if target is None:
+        reported = active.get_current_target()
+        target = _TARGETS[key] = Target(reported.backend, reported.arch, reported.warp_size)
+    return target

@@ -118,6 +118,29 @@ def test_the_same_tensor_twice_then_two_tensors_fills_each_place(kernel):
     assert launched[9] is x and launched[10] is out
 
 
+def test_a_tensor_where_none_was_is_a_new_signature(kernel):
+    x = torch.zeros(16)
+    call(kernel, x, None)
+    call(kernel, x, x)
+    call(kernel, x, x)
+    assert len(kernel.jit_launches) == 2
+    (launched,) = kernel.compiled.launcher_calls
+    assert launched[9] is x and launched[10] is x
+
+
+def test_a_replay_answers_for_its_own_kernel_only(kernel):
+    x = torch.zeros(16)
+    call(kernel, x, x)
+    other = FakeJIT()
+    call(other, x, x)
+    assert len(kernel.jit_launches) == 1 and len(other.jit_launches) == 1
+    # a kernel whose id a dead one's replay still holds (ids are reused) launches through the JIT
+    (key,) = [key for key, kept in replay._REPLAYS.items() if kept.kernel is kernel]
+    replay._REPLAYS[key].kernel = other
+    call(kernel, x, x)
+    assert len(kernel.jit_launches) == 2 and replay._REPLAYS[key].kernel is kernel
+
+
 def test_a_replay_keeps_no_tensor_of_its_first_launch_alive(kernel):
     cache = torch.zeros(1 << 16)
     alive = weakref.ref(cache)
