@@ -46,8 +46,15 @@ class RepetitionPolicy:
 def _timed_calls(call, reps: int) -> list[float]:
     """Milliseconds of `reps` back-to-back calls, each between its own pair of events.
     No synchronisation between calls: the host queues ahead, so launch overhead
-    hides behind the previous call as it does in a training loop."""
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    hides behind the previous call as it does in a training loop.
+
+    The events are torch.Event, whose record() finds the current stream in C++:
+    torch.cuda.Event's asks torch.cuda.current_stream() in Python, ~13-25 us a record on
+    the H100 machines, which a call too short to hide its host time (a small decode step)
+    was charged twice (reports/h100-sm90/kv-cache/host-time/)."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    events = [(torch.Event(device, enable_timing=True), torch.Event(device, enable_timing=True))
+              for _ in range(reps)]
     for start, end in events:
         start.record()
         call()

@@ -98,7 +98,15 @@ def set_enabled(enabled: bool) -> bool:
 def replayable(kernel) -> bool:
     """A kernel the JIT compiles for a device (not the interpreter's, not an autotuner) and
     runs nothing of ours before a launch."""
-    return isinstance(kernel, JITFunction) and not getattr(kernel, "pre_run_hooks", None)
+    # JITFunction is generic: isinstance goes through the ABC machinery, so a type's answer is kept.
+    kind = type(kernel)
+    jit = _JIT_TYPES.get(kind)
+    if jit is None:
+        jit = _JIT_TYPES[kind] = issubclass(kind, JITFunction)
+    return jit and not getattr(kernel, "pre_run_hooks", None)
+
+
+_JIT_TYPES: dict[type, bool] = {}
 
 
 def _tensor_places(types: tuple) -> tuple[int, ...]:
