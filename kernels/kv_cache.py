@@ -9,8 +9,10 @@ splits give the device enough of them; a merge kernel combines the splits
 (kernels.decode_forward).  How many splits, and every other launch argument that follows
 from the call's shapes rather than its values, is the call's launch plan (kernels.decode_plan).
 A decode loop calls with one signature step after step: the plan, and the checks of the
-tensors' shapes, dtypes and devices (_checked_layout), are worked out once per signature, so
-that a step's host time is little more than its other checks, allocations and launches.
+tensors' shapes, dtypes and devices (kernels.kv_cache_checks), are worked out once per
+signature; and a call whose signature was seen before launches the first call's recorded
+launches again with its own tensors (kernels.step_replay, under kernels.decode_steps' key),
+so that a step's host time is little more than its allocations and launchers.
 
 Validation reuses kernels.validation, allocation kernels.allocation (the scratch too, so
 poisoned outputs show every element a program leaves unwritten), launching kernels.launch
@@ -22,38 +24,28 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple
 
 import torch
 
 from .allocation import new_output
-from . import value_check
+from . import decode_steps, replay, step_replay, value_check
 from .decode_cache import append_kernel
 from .decode_forward import decode_merge_kernel, decode_split_kernel
 from .decode_plan import launch_plan
 from .flash import contiguous
-from .launch import ceil_div, head_dim_bound, launch, launches_on_device, padded_head_dim
+from .kv_cache_checks import Layout, checked_layout
+from .launch import ceil_div, head_dim_bound, launch, padded_head_dim
 from .problem import resolve_window, score_arguments
 from .targets import Target, current_target
-from .tuning import record_launch
+from .tuning import record_launch, recorded_launches
 from .validation import (
-    DTYPE_NAMES,
     FP8,
-    HIGH_PRECISION,
     check_alibi_slopes,
-    check_block_table,
-    check_cache_seqlens,
     check_descale,
-    check_device,
-    check_dtype_supported,
     check_flag,
-    check_head_dim,
-    check_new_kv,
     check_num_splits,
     check_optional_softcap,
-    check_same,
     check_sm_scale,
-    check_tensor,
     check_window_size,
 )
 
@@ -62,7 +54,6 @@ from .validation import (
 NO_WINDOW = (-1, -1)
 # New tokens per program of the append: a copy, no table of its own.
 APPEND_TOKENS = 16
-_CACHE_AXES = "(batch, seqlen_cache, kv_heads, head_dim) or, paged, (num_pages, page_size, kv_heads, head_dim)"
 
 
 # Not frozen: a frozen dataclass's __init__ sets each of these fields through object.__setattr__,
@@ -120,114 +111,19 @@ class DecodeProblem:
         return self.context_lens if self.value_check is None else self.value_check.flags
 
 
-def _check_tensors(q, k_cache, v_cache, target: Target) -> None:
-    """q (B, Sq, H, D) in fp16/bf16/fp32 on the target's device; the caches 4-D, alike, in
-    q's dtype or fp8 (where the target converts fp8), one head dim, kv heads dividing H."""
-    check_tensor("q", q, rank=4, dtypes=HIGH_PRECISION, axes="(batch, seqlen_q, heads, head_dim)")
-    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-        check_tensor(name, cache, rank=4, dtypes=DTYPE_NAMES, axes=_CACHE_AXES)
-    check_same({"q": q, "k_cache": k_cache, "v_cache": v_cache}, "device")
-    check_same({"k_cache": k_cache, "v_cache": v_cache}, "dtype")
-    if launches_on_device():
-        check_device("q", q, target)
-    check_dtype_supported("q", q, target)
-    _check_cache_dtype(k_cache.dtype, q.dtype, target)
-    if q.requires_grad and torch.is_grad_enabled():
-        raise ValueError("q: kv_cache_attention is forward-only (there is no backward); "
-                         "detach q or call under torch.no_grad()")
-    if v_cache.shape != k_cache.shape:
-        raise ValueError(f"v_cache: expected the same shape as k_cache {tuple(k_cache.shape)}, "
-                         f"got {tuple(v_cache.shape)}")
-    check_head_dim(q.shape[3])
-    if k_cache.shape[3] != q.shape[3]:
-        raise ValueError(f"k_cache: expected head_dim {q.shape[3]} (from q), got {k_cache.shape[3]}")
-    heads, kv_heads = q.shape[2], k_cache.shape[2]
-    if kv_heads == 0 or heads % kv_heads != 0:
-        raise ValueError(f"k_cache: number of kv heads ({kv_heads}) must divide the number of query heads ({heads})")
+# Recorded steps by decode_steps.step_key (kernels.step_replay): the launches of a call
+# signature seen before, launched again without the checks, plan and launch keys of the whole
+# path.  Emptied when full.
+_STEPS: dict[tuple, step_replay.Step] = {}
+_STEPS_KEPT = 256
 
 
-def _check_cache_dtype(cache_dtype: torch.dtype, q_dtype: torch.dtype, target) -> None:
-    """q's dtype, or an fp8 dtype the target converts: fp8 MMA targets list it, and Triton's
-    CPU interpreter converts it (triton 3.9, measured)."""
-    if cache_dtype in FP8:
-        if not (target.interpreted or FP8[cache_dtype] in target.dtypes):
-            raise ValueError(f"k_cache: {cache_dtype} caches are not supported on target {target.name}; "
-                             f"supported: {', '.join(target.dtypes)}")
-    elif cache_dtype != q_dtype:
-        raise TypeError(f"k_cache: expected q's dtype {q_dtype} or an fp8 dtype "
-                        f"({', '.join(str(d) for d in FP8)}), got {cache_dtype}")
-
-
-def _cache_pages(k_cache, block_table, batch: int, device) -> tuple[int, int, bool]:
-    """(page size, capacity per sequence, paged): a contiguous cache is one page of Smax
-    positions per sequence, sequence b's page b (_contiguous_table)."""
-    if block_table is None:
-        if k_cache.shape[0] != batch:
-            raise ValueError(f"k_cache: expected batch size {batch} (from q) for a contiguous cache, "
-                             f"got {k_cache.shape[0]} (pass block_table for a paged one)")
-        return max(k_cache.shape[1], 1), k_cache.shape[1], False
-    check_block_table(block_table, batch, device)
-    page_size = k_cache.shape[1]
-    if page_size == 0:
-        raise ValueError("k_cache: expected pages of at least one position, got page_size 0")
-    return page_size, block_table.shape[1] * page_size, True
-
-
-class _Layout(NamedTuple):
-    """What the checks of the tensors' shapes, dtypes and devices find (_check_layout)."""
-
-    batch: int
-    seq_q: int
-    heads: int
-    head_dim: int
-    kv_heads: int
-    page_size: int
-    capacity: int
-    paged: bool
-    appended: int
-
-
-def _check_layout(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, target: Target) -> _Layout:
-    """The tensors' checks, in the order the arguments are checked: q and the caches, the block
-    table, the new tokens, the lengths."""
-    _check_tensors(q, k_cache, v_cache, target)
-    batch, seq_q, heads, head_dim = q.shape
-    kv_heads, device = k_cache.shape[2], q.device
-    page_size, capacity, paged = _cache_pages(k_cache, block_table, batch, device)
-    appended = seq_q if check_new_kv(k_new, v_new, (batch, seq_q, kv_heads, head_dim), k_cache.dtype, device) else 0
-    check_cache_seqlens(cache_seqlens, batch, device)
-    return _Layout(batch, seq_q, heads, head_dim, kv_heads, page_size, capacity, paged, appended)
-
-
-# Layouts that passed _check_layout, by everything it reads (_signature): a decode loop passes
-# tensors of one signature step after step, and the forty-odd type, shape, dtype and device
-# checks cost more host time than looking their signature up.  A signature not seen before
-# (anything changed, a bad argument) is checked in full, so every error is raised as it was.
-# Emptied when full.
-_CHECKED_LAYOUTS: dict[tuple, _Layout] = {}
-_LAYOUTS_KEPT = 256
-
-
-def _signature(tensors: tuple, target: Target) -> tuple:
-    """What _check_layout reads of `tensors` (q first): each one's shape, dtype and device (its
-    type where it is no tensor), whether q would need a backward, the target, and whether
-    launches go to the device."""
-    q = tensors[0]
-    needs_grad = isinstance(q, torch.Tensor) and q.requires_grad and torch.is_grad_enabled()
-    return (*[(t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t) for t in tensors],
-            needs_grad, target, launches_on_device())
-
-
-def _checked_layout(tensors: tuple, target: Target) -> _Layout:
-    """_check_layout(*tensors, target), once per signature."""
-    signature = _signature(tensors, target)
-    layout = _CHECKED_LAYOUTS.get(signature)
-    if layout is None:
-        layout = _check_layout(*tensors, target)
-        if len(_CHECKED_LAYOUTS) >= _LAYOUTS_KEPT:
-            _CHECKED_LAYOUTS.clear()
-        _CHECKED_LAYOUTS[signature] = layout
-    return layout
+def _keep_step(key: tuple, step: step_replay.Step | None) -> None:
+    if step is None:
+        return
+    if len(_STEPS) >= _STEPS_KEPT:
+        _STEPS.clear()
+    _STEPS[key] = step
 
 
 def _contiguous_table(batch: int, device: torch.device) -> torch.Tensor:
@@ -250,25 +146,49 @@ def _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_n
     """Every argument, before anything is launched (kernels.validation's checks); the values of
     cache_seqlens and block_table only with `check_values` (one read back to the host)."""
     target = current_target()
-    batch, seq_q, heads, head_dim, kv_heads, page_size, capacity, paged, appended = _checked_layout(
-        (q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new), target)
+    layout = checked_layout((q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new), target)
     device = q.device
-    table = block_table if paged else _contiguous_table(batch, device)
     check_flag("check_values", check_values)
     check_flag("causal", causal)
     window = NO_WINDOW if window_size is NO_WINDOW else check_window_size(window_size)
-    causal, band = resolve_window(window, causal, seq_q, capacity)
-    slopes = contiguous(check_alibi_slopes(alibi_slopes, batch, heads, device))
+    causal, band = resolve_window(window, causal, layout.seq_q, layout.capacity)
+    check_alibi_slopes(alibi_slopes, layout.batch, layout.heads, device)
     descales = (check_descale("k_descale", k_descale, k_cache.dtype),
                 check_descale("v_descale", v_descale, k_cache.dtype))
-    scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else check_sm_scale(sm_scale)
+    scale = 1.0 / math.sqrt(layout.head_dim) if sm_scale is None else check_sm_scale(sm_scale)
     splits, softcap = check_num_splits(num_splits), check_optional_softcap(softcap)
     # Last, once every other argument is known good: the values' check is launched, not yet read.
-    pending = value_check.start(cache_seqlens, appended, capacity, table, paged, k_cache.shape[0],
-                                page_size) if check_values else None
-    return DecodeProblem(batch, heads, kv_heads, seq_q, head_dim, table, page_size,
-                         cache_seqlens + appended if appended else cache_seqlens.contiguous(), capacity, causal, band,
-                         softcap, slopes, scale, descales, k_cache.dtype in FP8, splits, target, pending)
+    table, context_lens, slopes, pending = _call_tensors(layout, cache_seqlens, block_table, alibi_slopes,
+                                                         k_cache.shape[0], check_values)
+    return DecodeProblem(layout.batch, layout.heads, layout.kv_heads, layout.seq_q, layout.head_dim, table,
+                         layout.page_size, context_lens, layout.capacity, causal, band, softcap, slopes, scale,
+                         descales, k_cache.dtype in FP8, splits, target, pending)
+
+
+def _call_tensors(layout: Layout, cache_seqlens, block_table, alibi_slopes, num_pages: int, check_values: bool):
+    """The tensors a call makes from its arguments (checked ones): the block table the kernels
+    read (a contiguous cache's own), the context lengths L_b (int32, contiguous), the ALiBi
+    slopes contiguous, and the values' check, started (None without check_values)."""
+    table = block_table if layout.paged else _contiguous_table(layout.batch, cache_seqlens.device)
+    pending = value_check.start(cache_seqlens, layout.appended, layout.capacity, table, layout.paged, num_pages,
+                                layout.page_size) if check_values else None
+    context_lens = cache_seqlens + layout.appended if layout.appended else cache_seqlens.contiguous()
+    return table, context_lens, contiguous(alibi_slopes), pending
+
+
+def _roles(tensors: tuple, table, context_lens, pending, slopes, out, lse) -> tuple:
+    """A call's own tensors, in the order its steps name them (kernels.step_replay): its
+    arguments (q, caches, lengths, new tokens), the tensors made from them (_call_tensors), its
+    outputs."""
+    q, k_cache, v_cache, cache_seqlens, _, k_new, v_new, _ = tensors
+    flags = None if pending is None else pending.flags
+    return q, k_cache, v_cache, cache_seqlens, k_new, v_new, table, context_lens, flags, slopes, out, lse
+
+
+def _new_outputs(q, batch: int, heads: int, seq_q: int):
+    """out (B, Sq, H, D) like q, lse (B, H, Sq) fp32."""
+    return (new_output(q.shape, q.dtype, q.device),
+            new_output((batch, heads, seq_q), torch.float32, q.device))
 
 
 def _append(k_new, v_new, k_cache, v_cache, cache_seqlens, problem: DecodeProblem, block_d: int) -> None:
@@ -285,8 +205,7 @@ def _append(k_new, v_new, k_cache, v_cache, cache_seqlens, problem: DecodeProble
 def _attend(q, k_cache, v_cache, problem: DecodeProblem):
     """out (B, Sq, H, D) like q, lse (B, H, Sq) fp32: the splits, then their merge."""
     kv_heads, interpreted, batch_heads = problem.kv_heads, problem.target.interpreted, problem.batch * problem.kv_heads
-    out = new_output(q.shape, q.dtype, q.device)
-    lse = new_output((problem.batch, problem.heads, problem.seq_q), torch.float32, q.device)
+    out, lse = _new_outputs(q, problem.batch, problem.heads, problem.seq_q)
     if out.numel() == 0:
         return out, lse
     plan = launch_plan(q.dtype, problem.head_dim, batch_heads, problem.rows, problem.capacity, problem.num_splits,
@@ -351,12 +270,35 @@ def kv_cache_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, 
     Rows that see no key (L_b = 0, or all masked) give out 0 and lse -inf.  Returns out
     (batch, seqlen_q, heads, head_dim) in q's dtype, or (out, lse).  Forward only.
     """
-    problem = _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, window_size,
-                               softcap, alibi_slopes, sm_scale, num_splits, k_descale, v_descale, check_values)
-    check_flag("return_log_normalizer", return_log_normalizer)
-    if k_new is not None:
-        _append(k_new, v_new, k_cache, v_cache, cache_seqlens, problem, padded_head_dim(problem.head_dim, q.dtype))
-    out, lse = _attend(q, k_cache, v_cache, problem)
-    if problem.value_check is not None:
-        value_check.finish(problem.value_check)  # raises where a value leaves the cache
+    tensors = (q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, alibi_slopes)
+    options = (causal, window_size, softcap, sm_scale, num_splits, return_log_normalizer, k_descale, v_descale,
+               check_values)
+    key = decode_steps.step_key(tensors, options)
+    step = None if key is None else _STEPS.get(key)
+    if step is not None:  # a signature seen before: its launches again, with this call's tensors
+        layout, configs = step.data
+        table, context_lens, slopes, pending = _call_tensors(layout, cache_seqlens, block_table, alibi_slopes,
+                                                             k_cache.shape[0], check_values)
+        out, lse = _new_outputs(q, layout.batch, layout.heads, layout.seq_q)
+        step_replay.launch(step, _roles(tensors, table, context_lens, pending, slopes, out, lse), q.device)
+        for kernel, config in configs:
+            record_launch(kernel, config)
+    else:
+        problem = _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, window_size,
+                                   softcap, alibi_slopes, sm_scale, num_splits, k_descale, v_descale, check_values)
+        check_flag("return_log_normalizer", return_log_normalizer)
+        with replay.recording() as launches, recorded_launches() as configs:
+            if k_new is not None:
+                _append(k_new, v_new, k_cache, v_cache, cache_seqlens, problem,
+                        padded_head_dim(problem.head_dim, q.dtype))
+            out, lse = _attend(q, k_cache, v_cache, problem)
+        for kernel, config in configs.items():  # to the record a harness has open, if one is
+            record_launch(kernel, config)
+        pending = problem.value_check
+        if key is not None:
+            roles = _roles(tensors, problem.block_table, problem.context_lens, pending, problem.alibi_slopes, out, lse)
+            layout = checked_layout(tensors[:7], problem.target)
+            _keep_step(key, step_replay.record(launches, roles, (layout, tuple(configs.items()))))
+    if pending is not None:
+        value_check.finish(pending)  # raises where a value leaves the cache
     return (out, lse) if return_log_normalizer else out

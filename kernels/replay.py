@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+from contextlib import contextmanager
+from typing import NamedTuple
 
 import torch
 import triton
@@ -71,6 +74,10 @@ class Replay:
         values = self.values.copy()
         for slot, index in self.tensor_slots:
             values[slot] = flat[index]
+        self.run(grid, stream, values)
+
+    def run(self, grid: tuple, stream, values: list) -> None:
+        """The launcher with `values`: self.values with this launch's tensors in their slots."""
         compiled = self.compiled
         enter, leave = launch_hooks()
         # As the JIT does: the metadata (None in 3.2-3.4 unless an enter hook is set; 3.5 on
@@ -80,12 +87,51 @@ class Replay:
                      compiled.function, compiled.packed_metadata, metadata, enter, leave, *values)
 
 
+class Recorded(NamedTuple):
+    """One launch as `recording` saw it: its replay (None where it went through the JIT and
+    gave none), its grid, and the tensors in its replay's slots, in Replay.tensor_slots' order."""
+
+    replay: Replay | None
+    grid: tuple
+    tensors: tuple
+
+
+_recording = threading.local()
+
+
+@contextmanager
+def recording():
+    """Yields a list that fills with a Recorded per launch made inside, on this thread: what a
+    caller keeps to launch the same kernels again with new tensors (kernels.decode_steps)."""
+    previous = getattr(_recording, "launches", None)
+    _recording.launches = launches = []
+    try:
+        yield launches
+    finally:
+        _recording.launches = previous
+
+
 # Replays by key (launch's); emptied when full, like the other host caches of a decode step.
 _REPLAYS: dict[tuple, Replay | None] = {}
 _REPLAYS_KEPT = 1024
 _TENSOR_PLACES: dict[tuple, tuple[int, ...]] = {}
 _enabled = KNOWN_RELEASES[0] <= RELEASE <= KNOWN_RELEASES[1] and os.environ.get("FA_JIT_LAUNCH", "0") in ("", "0")
 counts = {"replayed": 0, "through_jit": 0}
+
+
+def enabled() -> bool:
+    """Whether launches go through replays (set_enabled)."""
+    return _enabled
+
+
+def current_device() -> int:
+    """The device launches go to now (the active driver's), which a replay's key names."""
+    return driver.active.get_current_device()
+
+
+def current_stream():
+    """The stream launches go to now on the current device (the active driver's)."""
+    return driver.active.get_current_stream(driver.active.get_current_device())
 
 
 def set_enabled(enabled: bool) -> bool:
@@ -120,11 +166,22 @@ def _tensor_places(types: tuple) -> tuple[int, ...]:
     return places
 
 
-def launch(kernel, grid: tuple, args: tuple, kwargs: dict) -> None:
-    """kernel[grid](*args, **kwargs), through a replay where one is kept for the signature."""
+def launch(kernel, grid: tuple, args: tuple, kwargs: dict) -> Replay | None:
+    """kernel[grid](*args, **kwargs), through a replay where one is kept for the signature;
+    returns the replay of the launch (None where there is none)."""
+    replay = _launch(kernel, grid, args, kwargs)
+    launches = getattr(_recording, "launches", None)
+    if launches is not None:
+        flat = args + tuple(kwargs.values()) if kwargs else args
+        tensors = () if replay is None else tuple(flat[index] for _, index in replay.tensor_slots)
+        launches.append(Recorded(replay, grid, tensors))
+    return replay
+
+
+def _launch(kernel, grid: tuple, args: tuple, kwargs: dict) -> Replay | None:
     if not _enabled or not replayable(kernel):
         _through_jit(kernel, grid, args, kwargs)
-        return
+        return None
     flat = args + tuple(kwargs.values()) if kwargs else args
     device = driver.active.get_current_device()
     # Each argument's type too: True == 1 == 1.0 as keys, not as the JIT's specialisations.
@@ -139,17 +196,18 @@ def launch(kernel, grid: tuple, args: tuple, kwargs: dict) -> None:
         replay = _REPLAYS.get(key)
     except TypeError:  # an argument that is no key (a list, ...): the JIT decides
         _through_jit(kernel, grid, args, kwargs)
-        return
+        return None
     if replay is not None and replay.kernel is kernel:
         counts["replayed"] += 1
         replay.launch(grid, driver.active.get_current_stream(device), flat)
-        return
+        return replay
     compiled = _through_jit(kernel, grid, args, kwargs)
     if replay is None and key in _REPLAYS:  # a signature that gives no replay
-        return
+        return None
     if len(_REPLAYS) >= _REPLAYS_KEPT:
         _REPLAYS.clear()
-    _REPLAYS[key] = _replay_of(kernel, compiled, args, kwargs)
+    replay = _REPLAYS[key] = _replay_of(kernel, compiled, args, kwargs)
+    return replay
 
 
 def _through_jit(kernel, grid: tuple, args: tuple, kwargs: dict):

@@ -53,7 +53,7 @@ def varlen(dtype):
     return inputs, run
 
 
-def decode(dtype, paged, appended):
+def decode(dtype, paged, appended, **options):
     batch, heads, kv_heads, dim, page = 3, 8, 2, 128, 16
     lens = torch.tensor([0, 37, 700], dtype=torch.int32, device=DEVICE)
     pages_each = 48
@@ -71,7 +71,8 @@ def decode(dtype, paged, appended):
 
     def run(q, k, v, k_new, v_new):
         out, lse = kernels.kv_cache_attention(q, k, v, lens, block_table=table if paged else None, k_new=k_new,
-                                              v_new=v_new, causal=True, num_splits=0, return_log_normalizer=True)
+                                              v_new=v_new, return_log_normalizer=True,
+                                              **({"causal": True} | options))
         return out, lse, k, v
     return inputs, run
 
@@ -95,6 +96,10 @@ OPERATORS = {
     "varlen bf16 causal": varlen(torch.bfloat16),
     "decode fp16 paged": decode(torch.float16, True, False),
     "decode bf16 contiguous append": decode(torch.bfloat16, False, True),
+    "decode fp16 paged append unchecked": decode(torch.float16, True, True, check_values=False, num_splits=3),
+    "decode bf16 paged window softcap alibi": decode(
+        torch.bfloat16, True, False, causal=False, window_size=(100, 0), softcap=30.0,
+        alibi_slopes=torch.linspace(0.05, 0.5, 8, device=DEVICE)),
     "piecewise fp16": piecewise(torch.float16),
 }
 
@@ -112,6 +117,28 @@ def fresh(tensors):
     return [None if t is None else t.detach().clone().requires_grad_(t.requires_grad) for t in tensors]
 
 
+def bad_values_after_a_step() -> bool:
+    """A decode signature launched from its recorded step (kernels.step_replay) still refuses a
+    length beyond the cache: ValueError, the caches untouched; the next good call as before."""
+    inputs, run = OPERATORS["decode fp16 paged append unchecked"]
+    q, k, v, k_new, v_new = inputs(7)
+    pages = torch.arange(3 * 48, device=DEVICE, dtype=torch.int32).view(3, 48)
+    call = lambda lens: kernels.kv_cache_attention(q, k, v, lens, block_table=pages, k_new=k_new, v_new=v_new)
+    good = torch.tensor([5, 40, 600], dtype=torch.int32, device=DEVICE)
+    first = call(good).clone()
+    call(good)  # the step is recorded by now
+    before = (k.clone(), v.clone())
+    try:
+        call(torch.tensor([5, 48 * 16, 600], dtype=torch.int32, device=DEVICE))  # + 2 new tokens: past the cache
+        refused = False
+    except ValueError as error:
+        refused = "cache_seqlens" in str(error)
+    untouched = torch.equal(before[0], k) and torch.equal(before[1], v)
+    again = torch.equal(call(good), first)  # the same tokens appended at the same places: the same output
+    print(f"bad values after a step: refused {refused}, caches untouched {untouched}, next call as before {again}")
+    return refused and untouched and again
+
+
 def main() -> int:
     failures = 0
     for name, (inputs, run) in OPERATORS.items():
@@ -127,6 +154,7 @@ def main() -> int:
             same = all(torch.equal(a, b) for a, b in zip(replayed, dispatched))
             failures += not same
             print(f"{name:34s} seed {seed}{' misaligned' if shift else '':11s} {'same' if same else 'DIFFERENT'}")
+    failures += not bad_values_after_a_step()
     torch.cuda.synchronize()
     print(f"launches: {replay.counts['replayed']} replayed, {replay.counts['through_jit']} through the JIT")
     return 1 if failures or not replay.counts["replayed"] else 0
