@@ -10,7 +10,9 @@ The compiled kernel is then kept under a key finer than the JIT's own specialisa
 kernel, the grid, the device, every non-tensor argument by value and every tensor by dtype
 and whether its address is 16-byte aligned (what Triton specialises a pointer on).  A later
 launch with the same key calls the compiled kernel's launcher directly, with the call's
-tensors in the places the first launch's held.
+tensors in the places the first launch's held.  `launch` returns the replay it used or made;
+inside `recording()` each launch is also noted with its tensors, which is how a whole call's
+launches are kept and launched again without even these keys (kernels.step_replay).
 
 What the launcher takes differs by Triton release (read in each release's runtime/jit.py):
 3.2 passes the non-constexpr arguments, 3.3 to 3.9 every argument in parameter order, and
@@ -102,7 +104,7 @@ _recording = threading.local()
 @contextmanager
 def recording():
     """Yields a list that fills with a Recorded per launch made inside, on this thread: what a
-    caller keeps to launch the same kernels again with new tensors (kernels.decode_steps)."""
+    caller keeps to launch the same kernels again with new tensors (kernels.step_replay)."""
     previous = getattr(_recording, "launches", None)
     _recording.launches = launches = []
     try:
