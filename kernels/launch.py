@@ -124,8 +124,8 @@ def ensure_scratch_allocator() -> None:
         triton.set_allocator(_descriptor_scratch)
 
 
-def _on_device(kernel, grid: tuple, *args, **kwargs):
-    return replay.launch(kernel, grid, args, kwargs)  # kernel[grid](*args, **kwargs), without the JIT's dispatch
+def _on_device(kernel, grid: tuple, *args, **kwargs) -> None:
+    replay.launch(kernel, grid, args, kwargs)  # kernel[grid](*args, **kwargs), without the JIT's dispatch
 
 
 # What `launch` does with each (kernel, grid, arguments): run it on the device, or,

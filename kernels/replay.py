@@ -10,9 +10,9 @@ The compiled kernel is then kept under a key finer than the JIT's own specialisa
 kernel, the grid, the device, every non-tensor argument by value and every tensor by dtype
 and whether its address is 16-byte aligned (what Triton specialises a pointer on).  A later
 launch with the same key calls the compiled kernel's launcher directly, with the call's
-tensors in the places the first launch's held.  `launch` returns the replay it used or made;
-inside `recording()` each launch is also noted with its tensors, which is how a whole call's
-launches are kept and launched again without even these keys (kernels.step_replay).
+tensors in the places the first launch's held.  Inside `recording()` each launch is also
+noted with its replay and tensors, which is how a whole call's launches are kept and launched
+again without even these keys (kernels.step_replay).
 
 What the launcher takes differs by Triton release (read in each release's runtime/jit.py):
 3.2 passes the non-constexpr arguments, 3.3 to 3.9 every argument in parameter order, and
@@ -168,19 +168,19 @@ def _tensor_places(types: tuple) -> tuple[int, ...]:
     return places
 
 
-def launch(kernel, grid: tuple, args: tuple, kwargs: dict) -> Replay | None:
-    """kernel[grid](*args, **kwargs), through a replay where one is kept for the signature;
-    returns the replay of the launch (None where there is none)."""
+def launch(kernel, grid: tuple, args: tuple, kwargs: dict) -> None:
+    """kernel[grid](*args, **kwargs), through a replay where one is kept for the signature
+    (noted, with its tensors, inside `recording()`)."""
     replay = _launch(kernel, grid, args, kwargs)
     launches = getattr(_recording, "launches", None)
     if launches is not None:
         flat = args + tuple(kwargs.values()) if kwargs else args
         tensors = () if replay is None else tuple(flat[index] for _, index in replay.tensor_slots)
         launches.append(Recorded(replay, grid, tensors))
-    return replay
 
 
 def _launch(kernel, grid: tuple, args: tuple, kwargs: dict) -> Replay | None:
+    """launch's launch; the replay it used or made (None: through the JIT, with none kept)."""
     if not _enabled or not replayable(kernel):
         _through_jit(kernel, grid, args, kwargs)
         return None
