@@ -124,8 +124,8 @@ def cache_values_kernel(
     ceil((L_b + appended) / page_size)) outside [0, num_pages).  What kernels.validation's
     check_cache_values checks, without a read back per reduction: the host reads OUTSIDE
     once, after the call's other kernels are queued (kernels.value_check), which read it
-    first: append_kernel and decode_split_kernel leave flagged values unread.  first_batch_head: kernels.launch's, for axis 1,
-    which has one slice here."""
+    first: append_kernel and decode_split_kernel leave flagged values unread.
+    first_batch_head: kernels.launch's, for axis 1, which has one slice here."""
     batch = tl.program_id(0)
     length = tl.load(CACHE_SEQLENS + batch).to(tl.int64)
     outside = ((length < 0) | (length + appended > capacity)).to(tl.int32)

@@ -120,13 +120,13 @@ def fresh(tensors):
 def bad_values_after_a_step() -> bool:
     """A decode signature launched from its recorded step (kernels.step_replay) still refuses a
     length beyond the cache: ValueError, the caches untouched; the next good call as before."""
-    inputs, run = OPERATORS["decode fp16 paged append unchecked"]
+    inputs, _ = OPERATORS["decode fp16 paged append unchecked"]
     q, k, v, k_new, v_new = inputs(7)
     pages = torch.arange(3 * 48, device=DEVICE, dtype=torch.int32).view(3, 48)
     call = lambda lens: kernels.kv_cache_attention(q, k, v, lens, block_table=pages, k_new=k_new, v_new=v_new)
     good = torch.tensor([5, 40, 600], dtype=torch.int32, device=DEVICE)
-    first = call(good).clone()
-    call(good)  # the step is recorded by now
+    first = call(good).clone()  # runs the whole path and records the step
+    call(good)  # launched from the step
     before = (k.clone(), v.clone())
     try:
         call(torch.tensor([5, 48 * 16, 600], dtype=torch.int32, device=DEVICE))  # + 2 new tokens: past the cache
