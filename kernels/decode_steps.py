@@ -16,13 +16,18 @@ distinct tensors would land in one slot), or where anything is unhashable or unr
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import torch
 
 from . import replay
-from .launch import launches_on_device, padded_head_dim
-from .targets import current_target
-from .tuning import launch_config
-from .validation import DTYPE_NAMES
+from .launch import launches_on_device
+from .targets import launch_place
+from .tuning import OVERRIDES
+
+# The launch-table roles a decode call launches: their configurations follow from the target,
+# q's dtype and head dim (the key has them) and an override of the role, if one is set.
+_ROLES = ("decode_split", "decode_merge")
 
 
 def _tensor_key(tensor) -> tuple | type:
@@ -33,21 +38,24 @@ def _tensor_key(tensor) -> tuple | type:
 
 def step_key(tensors: tuple, options: tuple) -> tuple | None:
     """The key of a call with `tensors` (q first) and non-tensor `options`, or None where no
-    step may stand in for the whole path (the module docstring says when)."""
+    step may stand in for the whole path (the module docstring says when).
+
+    The target and the device are named by kernels.targets.launch_place (triton's active
+    driver and its current device); the launch configurations by their overrides
+    (kernels.tuning.launch_config: the tables are the target's).  Both are cheaper to read
+    than the target and the configurations themselves, and a decode step's host time is
+    what this key is for."""
     if not (launches_on_device() and replay.enabled()):
         return None
-    if any(isinstance(option, torch.Tensor) for option in options):
+    if any(map(isinstance, options, repeat(torch.Tensor))):
         return None
     given = [id(tensor) for tensor in tensors if tensor is not None]
     if len(set(given)) != len(given):
         return None
     try:
-        q = tensors[0]
-        target = current_target()
-        block_d, dtype = padded_head_dim(q.shape[-1], q.dtype), DTYPE_NAMES[q.dtype]
-        key = (tuple(map(_tensor_key, tensors)), q.requires_grad and torch.is_grad_enabled(),
-               tuple(map(type, options)), options, target, replay.current_device(),
-               launch_config("decode_split", block_d, dtype, target), launch_config("decode_merge", block_d, dtype, target))
+        key = (tuple(map(_tensor_key, tensors)), tensors[0].requires_grad and torch.is_grad_enabled(),
+               tuple(map(type, options)), options, launch_place(),
+               *map(OVERRIDES.get, _ROLES))
         hash(key)
     except Exception:  # noqa: BLE001 -- a bad argument: the whole path's checks name it
         return None

@@ -109,17 +109,25 @@ def interpreting() -> bool:
 _TARGETS: dict[tuple, Target] = {}
 
 
-def current_target() -> Target:
-    """The target launches go to: the interpreter, or triton's active driver's target
-    (whatever driver is active: a compile-only driver names a GPU that is not there)."""
+def launch_place() -> tuple | None:
+    """What the target of a launch is a function of: None on the interpreter, else triton's
+    active driver and its current device (a key: cheaper to read than the target itself)."""
     if interpreting():
-        return INTERPRETER
+        return None
     from triton.runtime import driver
 
     active = driver.active
-    key = (active, active.get_current_device())
-    target = _TARGETS.get(key)
+    return active, active.get_current_device()
+
+
+def current_target() -> Target:
+    """The target launches go to: the interpreter, or triton's active driver's target
+    (whatever driver is active: a compile-only driver names a GPU that is not there)."""
+    place = launch_place()
+    if place is None:
+        return INTERPRETER
+    target = _TARGETS.get(place)
     if target is None:
-        reported = active.get_current_target()
-        target = _TARGETS[key] = Target(reported.backend, reported.arch, reported.warp_size)
+        reported = place[0].get_current_target()
+        target = _TARGETS[place] = Target(reported.backend, reported.arch, reported.warp_size)
     return target

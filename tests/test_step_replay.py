@@ -8,7 +8,8 @@ the JIT's, bit for bit, and checks that a bad length is refused after a step."""
 import pytest
 import torch
 
-from conformance.bundled.kernels import decode_steps, replay, step_replay
+from conformance.bundled.kernels import decode_steps, replay, step_replay, tuning
+from conformance.bundled.kernels.launch_tables import LaunchConfig
 from test_replay import call, kernel  # noqa: F401 -- the fixture
 
 
@@ -65,8 +66,8 @@ OPTIONS = (True, (-1, -1), 0.0, None, 0, False, None, None, True)
 
 @pytest.fixture(autouse=True)
 def a_device(monkeypatch):
-    """The device a launch would go to: none answers here (the key asks the active driver)."""
-    monkeypatch.setattr(replay, "current_device", lambda: 0)
+    """The driver and device a launch would go to: none answers here (the key names them)."""
+    monkeypatch.setattr(decode_steps, "launch_place", lambda: ("driver", 0))
 
 
 def test_equal_signatures_give_equal_keys_and_each_difference_another():
@@ -82,6 +83,17 @@ def test_equal_signatures_give_equal_keys_and_each_difference_another():
         decode_steps.step_key(tensors(), (*OPTIONS[:3], 0.125, *OPTIONS[4:])),
     ]
     assert all(other is not None and other != key for other in others)
+
+
+def test_another_device_or_an_override_gives_another_key(monkeypatch):
+    """The target, the device and the launch configurations are named by what they follow
+    from: the driver's place and the decode roles' overrides."""
+    key = decode_steps.step_key(tensors(), OPTIONS)
+    monkeypatch.setattr(decode_steps, "launch_place", lambda: ("driver", 1))
+    on_device_1 = decode_steps.step_key(tensors(), OPTIONS)
+    monkeypatch.setitem(tuning.OVERRIDES, "decode_merge", LaunchConfig(16, 64, num_warps=4, num_stages=1))
+    overridden = decode_steps.step_key(tensors(), OPTIONS)
+    assert len({key, on_device_1, overridden}) == 3
 
 
 @pytest.mark.parametrize("why", ["a tensor option", "one tensor twice", "unhashable", "replays off", "no tensor"])
