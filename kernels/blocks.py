@@ -47,17 +47,36 @@ def head_offset(batch, head, stride_batch, stride_head):
 
 
 @triton.jit
-def program_coordinates(num_heads, group_size, first_batch_head=0):
+def program_coordinates(num_heads, group_size, first_batch_head=0, LAST_BLOCK_FIRST: tl.constexpr = False,
+                        TILES=None):
     """Where a (block, batch x head) program works: (block, batch_head, batch, head,
     kv_head).  With GQA/MQA, group_size query heads share one kv head.
 
     CUDA limits grid axis 1 to 65,535, so a launch covers at most that many
     batch x head slices; `first_batch_head` is where this launch's slices start
-    (see kernels.launch)."""
-    block = tl.program_id(0)
-    batch_head = first_batch_head + tl.program_id(1)
-    batch = batch_head // num_heads
-    head = batch_head % num_heads
+    (see kernels.launch).
+
+    LAST_BLOCK_FIRST numbers the blocks of each slice from the last: a GPU starts programs
+    in grid order (axis 0 fastest), and a causal query tile's work grows with its index, so
+    the heaviest tiles then start first and the grid ends on the lightest (a shorter tail;
+    the dense causal forward +0-3 % TFLOP/s on an H100, reports/h100-sm90/variants/).  Which
+    program takes which tile is all it changes: every result is the same.
+
+    TILES (a packed batch's tile list, kernels.packed_tiles) gives each program of axis 0 its
+    sequence (the batch) and tile, in the list's order; axis 1 is then the heads alone."""
+    if TILES is None:
+        block = tl.program_id(0)
+        if LAST_BLOCK_FIRST:
+            block = tl.num_programs(0) - 1 - block
+        batch_head = first_batch_head + tl.program_id(1)
+        batch = batch_head // num_heads
+        head = batch_head % num_heads
+    else:
+        work = tl.program_id(0)
+        batch = tl.load(TILES + work)
+        block = tl.load(TILES + tl.num_programs(0) + work)
+        head = first_batch_head + tl.program_id(1)
+        batch_head = batch * num_heads + head
     return block, batch_head, batch, head, head // group_size
 
 

@@ -18,6 +18,7 @@ from .dropout import DropoutParams, dropout_keep_mask, dropout_params
 from .flash_backward import delta_kernel, dkdv_kernel, dq_kernel
 from .flash_forward import flash_forward_kernel
 from .launch import ceil_div, head_dim_bound, launch, launch_kwargs, launches_on_device, padded_head_dim
+from .packed_tiles import tile_list
 from .problem import AttentionProblem, resolve_window
 from .targets import current_target, interpreting
 from .total_attention import total_attention_kernel
@@ -53,9 +54,22 @@ def _forward_outputs(q, k, problem: AttentionProblem):
     return new_forward_outputs(q, problem.seq_k)
 
 
+def _tiles(problem: AttentionProblem, axis: str, block: int, heads: int) -> tuple[int, int, dict]:
+    """(blocks, batch_heads, kwargs) of a launch over the query ("q") or key ("k") tiles of
+    `block` rows, `heads` heads per sequence: a packed batch's tile list
+    (kernels.packed_tiles: query tiles from the last, key tiles from the first) where there
+    is one, else every tile of the longest sequence for each (sequence, head)."""
+    if problem.varlen:
+        cu_seqlens, offsets = ((problem.cu_seqlens_q, problem.offsets_q) if axis == "q"
+                               else (problem.cu_seqlens_k, problem.offsets_k))
+        tiles = tile_list(cu_seqlens, offsets, block, last_tile_first=axis == "q")
+        if tiles is not None:
+            return tiles.shape[1], heads, dict(TILES=tiles)
+    return ceil_div(problem.seq_q if axis == "q" else problem.seq_k, block), problem.batch * heads, {}
+
+
 def _forward(q, k, v, problem: AttentionProblem):
-    batch, heads, kv_heads, seq_q, seq_k = (problem.batch, problem.heads, problem.kv_heads,
-                                            problem.seq_q, problem.seq_k)
+    heads, kv_heads, seq_q, seq_k = problem.heads, problem.kv_heads, problem.seq_q, problem.seq_k
     out, lse, done = _forward_outputs(q, k, problem)
     if done:
         return out, lse
@@ -65,18 +79,18 @@ def _forward(q, k, v, problem: AttentionProblem):
                         streamed=(k, v))
     head_dim = head_dim_bound(problem.head_dim, block_d, cfg)  # None: no column masks
     drop_args, drop_flag = _dropout_kwargs(dropout)
-    launch(flash_forward_kernel, ceil_div(seq_q, cfg["BLOCK_M"]), batch * heads,
+    blocks, batch_heads, tiles = _tiles(problem, "q", cfg["BLOCK_M"], heads)
+    launch(flash_forward_kernel, blocks, batch_heads,
            q, k, v, out, lse, problem.sm_scale,
            *strides(q), *strides(k), *strides(v), *strides(out),
            heads, heads // kv_heads, seq_q, seq_k, head_dim, *drop_args, *problem.variant_args(),
            CAUSAL=problem.causal, BLOCK_D=block_d, INTERPRETED=interpreting(),
-           STAGES=cfg["num_stages"], **drop_flag, **problem.variant_flags(), **cfg)
+           STAGES=cfg["num_stages"], **drop_flag, **problem.variant_flags(), **tiles, **cfg)
     return out, lse
 
 
 def _backward(q, k, v, out, lse, do, problem: AttentionProblem):
-    batch, heads, kv_heads, seq_q, seq_k = (problem.batch, problem.heads, problem.kv_heads,
-                                            problem.seq_q, problem.seq_k)
+    heads, kv_heads, seq_q, seq_k = problem.heads, problem.kv_heads, problem.seq_q, problem.seq_k
     dq = new_output(q.shape, q.dtype, q.device)
     dk = new_output(k.shape, k.dtype, k.device)
     dv = new_output(v.shape, v.dtype, v.device)
@@ -89,9 +103,10 @@ def _backward(q, k, v, out, lse, do, problem: AttentionProblem):
 
     delta = torch.empty(lse.shape, dtype=torch.float32, device=q.device)  # lse's layout
     pre = launch_kwargs("bwd_preprocess", block_d, q.dtype, tiles=("BLOCK_M",))
-    launch(delta_kernel, ceil_div(seq_q, pre["BLOCK_M"]), batch * heads,
+    blocks, batch_heads, tiles = _tiles(problem, "q", pre["BLOCK_M"], heads)
+    launch(delta_kernel, blocks, batch_heads,
            out, do, delta, *strides(out), *strides(do), heads, seq_q, head_dim, BLOCK_D=block_d,
-           **problem.varlen_kwargs(), **pre)
+           **problem.varlen_kwargs(), **tiles, **pre)
 
     group = heads // kv_heads
     inputs = (*strides(q), *strides(k), *strides(v), *strides(do))
@@ -100,16 +115,18 @@ def _backward(q, k, v, out, lse, do, problem: AttentionProblem):
                   **problem.variant_flags())
     variant_args = problem.variant_args()
     dkdv = launch_kwargs("bwd_dkdv", block_d, q.dtype, variant=problem.table_variant, streamed=(q, do))
-    launch(dkdv_kernel, ceil_div(seq_k, dkdv["BLOCK_N"]), batch * kv_heads,
+    blocks, batch_heads, tiles = _tiles(problem, "k", dkdv["BLOCK_N"], kv_heads)
+    launch(dkdv_kernel, blocks, batch_heads,
            q, k, v, do, lse, delta, dk, dv, problem.sm_scale,
            *inputs, *strides(dk), *strides(dv),
            heads, kv_heads, group, seq_q, seq_k, head_dim_bound(problem.head_dim, block_d, dkdv),
-           *drop_args, *variant_args, STAGES=dkdv["num_stages"], **common, **dkdv)
+           *drop_args, *variant_args, STAGES=dkdv["num_stages"], **common, **tiles, **dkdv)
     dqk = launch_kwargs("bwd_dq", block_d, q.dtype, variant=problem.table_variant, streamed=(k, v))
-    launch(dq_kernel, ceil_div(seq_q, dqk["BLOCK_M"]), batch * heads,
+    blocks, batch_heads, tiles = _tiles(problem, "q", dqk["BLOCK_M"], heads)
+    launch(dq_kernel, blocks, batch_heads,
            q, k, v, do, lse, delta, dq, problem.sm_scale,
            *inputs, *strides(dq), heads, group, seq_q, seq_k, head_dim_bound(problem.head_dim, block_d, dqk),
-           *drop_args, *variant_args, STAGES=dqk["num_stages"], **common, **dqk)
+           *drop_args, *variant_args, STAGES=dqk["num_stages"], **common, **tiles, **dqk)
     return dq, dk, dv
 
 

@@ -72,8 +72,9 @@ def delta_kernel(
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
     first_batch_head=0,  # last, with a default: piecewise attention launches it too
     CU_SEQLENS_Q=None, total_q=None, VARLEN: tl.constexpr = False,  # varlen (kernels.sequences)
+    TILES=None,  # a packed batch's tile list (kernels.packed_tiles)
 ):
-    block_m, batch_head, batch, head, _ = program_coordinates(num_heads, 1, first_batch_head)
+    block_m, batch_head, batch, head, _ = program_coordinates(num_heads, 1, first_batch_head, TILES=TILES)
     q_start = 0
     if VARLEN:
         q_start, seq_q = sequence_span(CU_SEQLENS_Q, batch)
@@ -160,8 +161,9 @@ def dkdv_kernel(
     STAGES: tl.constexpr, DESCRIPTORS: tl.constexpr, INTERPRETED: tl.constexpr,
     VARLEN: tl.constexpr = False, WINDOW: tl.constexpr = False,
     SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, HEAD_CHUNK: tl.constexpr = 0,
+    TILES=None,  # a packed batch's tile list (kernels.packed_tiles)
 ):
-    block_n, _, batch, kv_head, _ = program_coordinates(num_kv_heads, 1, first_batch_head)
+    block_n, _, batch, kv_head, _ = program_coordinates(num_kv_heads, 1, first_batch_head, TILES=TILES)
     col_start = block_n * BLOCK_N
     q_start = 0
     if VARLEN:
@@ -306,9 +308,10 @@ def dq_kernel(
     STAGES: tl.constexpr, DESCRIPTORS: tl.constexpr, INTERPRETED: tl.constexpr,
     VARLEN: tl.constexpr = False, WINDOW: tl.constexpr = False,
     SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, HEAD_CHUNK: tl.constexpr = 0,
+    TILES=None,  # a packed batch's tile list (kernels.packed_tiles)
 ):
-    block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
-                                                                    first_batch_head)
+    block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size, first_batch_head,
+                                                                    True, TILES)
     q_start = 0
     if VARLEN:
         q_start, seq_q = sequence_span(CU_SEQLENS_Q, batch)

@@ -118,9 +118,10 @@ def flash_forward_kernel(
     STAGES: tl.constexpr, DESCRIPTORS: tl.constexpr, INTERPRETED: tl.constexpr,
     VARLEN: tl.constexpr = False, WINDOW: tl.constexpr = False,
     SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False, HEAD_CHUNK: tl.constexpr = 0,
+    TILES=None,  # a packed batch's tile list (kernels.packed_tiles)
 ):
-    block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size,
-                                                                    first_batch_head)
+    block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size, first_batch_head,
+                                                                    True, TILES)
     q_start = 0
     if VARLEN:
         q_start, seq_q = sequence_span(CU_SEQLENS_Q, batch)

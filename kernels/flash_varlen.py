@@ -2,9 +2,9 @@
 
 The sequences of the batch lie one after another along the token axis; each is its own
 attention problem, exactly the dense operator's on that sequence alone.  The same
-kernels run it (kernels.sequences: one program per (tile, sequence x head), over the
-longest sequence's tiles, no padding), through the dense operator's launches and
-autograd function (kernels.flash).
+kernels run it (kernels.sequences: one program per (tile, sequence x head) of the tiles
+that hold tokens, kernels.packed_tiles; no padding), through the dense operator's launches
+and autograd function (kernels.flash).
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     cu_seqlens_q, cu_seqlens_k: int32 (B + 1,) on q's device, the cumulative lengths
         (0, len_0, len_0 + len_1, ..., total): sequence b is q[cu_q[b]:cu_q[b+1]]
         against k, v[cu_k[b]:cu_k[b+1]].  Sequences of 0 or 1 tokens are valid.
-    max_seqlen_q, max_seqlen_k: ints at least every sequence's length (the grid covers
-        that many rows; programs past a sequence's end return at once).
+    max_seqlen_q, max_seqlen_k: ints at least every sequence's length.
     causal, sm_scale, window_size, softcap, alibi_slopes: as flash_attention's, per
         sequence (masks bottom-right aligned to each sequence's own lengths); ALiBi
         slopes of shape (heads,) or (B, heads).
@@ -69,7 +68,8 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     problem = AttentionProblem(batch, heads, k.shape[1], max_seqlen_q, max_seqlen_k, head_dim, causal,
                                sm_scale, dropout, band=band, softcap=check_softcap(softcap),
                                alibi_slopes=contiguous(check_alibi_slopes(alibi_slopes, batch, heads, q.device)),
-                               cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, total_q=total_q)
+                               cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, total_q=total_q,
+                               offsets_q=offsets_q, offsets_k=offsets_k)
 
     out, lse = _FlashAttention.apply(q, k, v, problem)
     return (out, lse) if return_log_normalizer else out

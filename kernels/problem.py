@@ -40,8 +40,9 @@ def resolve_window(window_size: tuple[int, int] | None, causal: bool, seq_q: int
 class AttentionProblem:
     """batch (sequences, for varlen), heads, kv_heads, seq_q and seq_k (the longest, for
     varlen), head_dim; causal and band as `resolve_window` returns them; softcap (None:
-    off) and alibi_slopes (None, or contiguous fp32 (H,) or (B, H)); cu_seqlens_q/k and
-    total_q (the tokens of q) for a packed varlen batch, None for a dense one."""
+    off) and alibi_slopes (None, or contiguous fp32 (H,) or (B, H)); cu_seqlens_q/k, their
+    checked offsets (ints) and total_q (the tokens of q) for a packed varlen batch, None for
+    a dense one."""
 
     batch: int
     heads: int
@@ -58,6 +59,8 @@ class AttentionProblem:
     cu_seqlens_q: torch.Tensor | None = None
     cu_seqlens_k: torch.Tensor | None = None
     total_q: int | None = None
+    offsets_q: list[int] | None = None
+    offsets_k: list[int] | None = None
 
     @property
     def varlen(self) -> bool:

@@ -29,11 +29,10 @@ _RACE_EDITS = (
          "    dk = new_output(k.shape, k.dtype, k.device)\n    dv = new_output(v.shape, v.dtype, v.device)\n",
          "    dk = torch.zeros(k.shape, dtype=torch.float32, device=k.device)\n"
          "    dv = torch.zeros(v.shape, dtype=torch.float32, device=v.device)\n"),
-    Edit("flash.py", 'launch(dkdv_kernel, ceil_div(seq_k, dkdv["BLOCK_N"]), batch * kv_heads,',
-         'launch(dkdv_kernel, ceil_div(seq_k, dkdv["BLOCK_N"]), batch * heads,'),
+    Edit("flash.py", '_tiles(problem, "k", dkdv["BLOCK_N"], kv_heads)', '_tiles(problem, "k", dkdv["BLOCK_N"], heads)'),
     Edit("flash.py", "    return dq, dk, dv\n", "    return dq, dk.to(k.dtype), dv.to(v.dtype)\n"),
-    Edit(_BACKWARD, "block_n, _, batch, kv_head, _ = program_coordinates(num_kv_heads, 1, first_batch_head)",
-         "block_n, _, batch, own_head, kv_head = program_coordinates(num_heads, group_size, first_batch_head)"),
+    Edit(_BACKWARD, "block_n, _, batch, kv_head, _ = program_coordinates(num_kv_heads, 1, first_batch_head,",
+         "block_n, _, batch, own_head, kv_head = program_coordinates(num_heads, group_size, first_batch_head,"),
     Edit(_BACKWARD, "    dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)\n",
          "    dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)\n"
          "    dk_before = load_head_tile(DK, batch, kv_head, stride_dkb, stride_dkh, cols, dims,\n"
@@ -132,10 +131,10 @@ MUTANTS: tuple[Mutant, ...] = (
            (Edit("blocks.py", "compensated_add(row_sum * rescale, row_sum_error * rescale,",
                  "compensated_add(row_sum, row_sum_error,"),)),
     Mutant("last_query_tile_unwritten",
-           "forward grid rounded down: the last, partial query tile is never computed (its rows keep "
-           "the NaN the harness poisons new outputs with)",
-           (Edit("flash.py", 'launch(flash_forward_kernel, ceil_div(seq_q, cfg["BLOCK_M"]), batch * heads,',
-                 'launch(flash_forward_kernel, max(1, seq_q // cfg["BLOCK_M"]), batch * heads,'),)),
+           "dense forward grid rounded down: the last, partial query tile is never computed (its rows "
+           "keep the NaN the harness poisons new outputs with)",
+           (Edit("flash.py", 'launch(flash_forward_kernel, blocks, batch_heads,',
+                 'launch(flash_forward_kernel, blocks if tiles else max(1, seq_q // cfg["BLOCK_M"]), batch_heads,'),)),
     Mutant("running_max_starts_at_zero",
            "online softmax: the running max starts at 0 instead of -inf (exact for ordinary scores; "
            "rows whose every score is far below zero underflow to an empty row)",
