@@ -123,16 +123,19 @@ HOPPER_LAUNCH = {
                                      for bound, config in _HOPPER_FORWARD.rows)),
     # The forward of a packed (varlen) batch: benchmarks/tune_launch.py --varlen on an H100
     # (bf16, the variants benchmark's 16 mixed lengths at S = 8192, causal; TFLOP/s over the
-    # visible pairs).  Its many short sequences give short key loops: 64x64 tiles with 4 warps
-    # at both head dims.  Over the tile lists of kernels.packed_tiles (2026-11-27,
-    # reports/h100-sm90/variants/tuning/tile-list/): D = 64 354 against 343 for the dense
-    # 128x64 with 8 warps, D = 128 411 against 403 for 128x64 with 8 warps (the table before:
-    # 341 against 322 with 128x128 over the longest sequence's grid, tuning/).  A sliding
-    # window keeps the dense tables: once its band ran in one loop (kernels.flash_forward),
+    # visible pairs; reports/h100-sm90/variants/tuning/).  Its many short sequences give short
+    # key loops: 64x64 tiles with 4 warps at D = 64 (334 against 291 with the dense 128x64,
+    # 8 warps), 128x64 with 8 warps at D = 128 (341 against 322 with 128x128).  Over the tile
+    # lists of kernels.packed_tiles, 64x64 led 128x64 at D = 128 in a sweep at S = 8192 (411
+    # against 403, tuning/tile-list/), but the variants benchmark with it (benchmark-0a42d67/)
+    # was no faster at S = 8192 and slower at 16384 (417 against 430 with 128x64 in the same
+    # benchmark at ea240e1, another machine): 128x64 stays.  A sliding window keeps the dense
+    # tables: once its band ran in one loop (kernels.flash_forward),
     # they were within 3 % of the best tile at left 1024 and the best at 4096
     # (tuning/band-loop/).
     "fwd.varlen": table(
-        (128, LaunchConfig(64, 64, num_warps=4, num_stages=3)),
+        (64, LaunchConfig(64, 64, num_warps=4, num_stages=3)),
+        (128, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
         _HOPPER_FORWARD.rows[-1],
     ),
     "bwd_dkdv": table(
