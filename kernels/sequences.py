@@ -2,13 +2,14 @@
 
 The sequences of a varlen batch are packed one after another along the token axis of
 q (total_q, H, D) and k, v (total_k, Hkv, D); cu_seqlens_q / cu_seqlens_k (B + 1 int32
-offsets) say where each one starts.  The kernels run one program per (tile, sequence x
-head) over the longest sequence's tiles: a program reads its sequence's first token and
-length here, moves its base pointers to that token, and from then on works exactly as
-the dense kernel does on a (1, H, Sq_b, D) problem -- rows and keys are positions
-within the sequence, so masks, ALiBi distances and the dropout counters are the dense
-operator's for that sequence alone.  Programs past their sequence's last tile return at
-once (the kernels do that: an early return must be in the kernel itself).
+offsets) say where each one starts.  The kernels run one program per (tile, head) of
+the tiles that hold tokens, which a tile list names (kernels.packed_tiles; without one,
+under CUDA graph capture, one per (tile, sequence x head) over the longest sequence's
+tiles, where programs past their sequence's last tile return at once): a program reads
+its sequence's first token and length here, moves its base pointers to that token, and
+from then on works exactly as the dense kernel does on a (1, H, Sq_b, D) problem -- rows
+and keys are positions within the sequence, so masks, ALiBi distances and the dropout
+counters are the dense operator's for that sequence alone.
 
 Per-row statistics (lse, delta) of a varlen batch are laid out (H, total_q) fp32,
 FlashAttention-2's varlen layout; dense ones (B, H, Sq).
