@@ -88,7 +88,7 @@ def test_the_quick_plan_takes_each_table_row_once_with_the_most_code():
 def test_ids_and_configs_come_from_the_launch_keywords():
     config = launch_config(dict(CAUSAL=True, BLOCK_D=128, INTERPRETED=False, DROPOUT=False, BLOCK_M=64,
                                 BLOCK_N=32, num_warps=4, num_stages=1, waves_per_eu=2, first_batch_head=0,
-                                CU_SEQLENS_Q=object(), total_q=40))  # a packed batch's run-time keywords
+                                CU_SEQLENS_Q=object(), total_q=40, TILES=object()))  # a packed batch's run-time keywords
     assert list(config) == ["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "waves_per_eu", "CAUSAL", "DROPOUT"]
     assert compile_id("fwd", "hip:gfx942", "fp16", 128, config) == "compile.fwd[hip:gfx942,fp16,d128,causal]"
 
@@ -164,6 +164,16 @@ def test_a_worker_dying_between_compiles_is_an_error_line(monkeypatch):
     (line,) = [tier.results_line(event, cuda_profile((8, 0))) for event in outcome.results.values()]
     assert line["case"] == "compile.worker[cuda:sm_80,fp32,d64]" and line["verdict"] == verdicts.ERROR
     assert "the worker exited with code 1: ImportError" in line["reason"]
+
+
+def test_a_call_of_the_plan_that_raises_is_an_error_line(monkeypatch):
+    call = plan.Call(plan.VARLEN, "fp16", 64, True, backward=False)
+    skipped = {"event": "skipped", "call": call.as_dict(), "reason": "TypeError: Object of type Tensor is not JSON serializable"}
+    monkeypatch.setattr(tier, "_run_worker", lambda job: ([skipped], 0, ""))
+    outcome = tier.run_chunk(cuda_profile((8, 0)), [call], "/tmp")
+    (line,) = [tier.results_line(event, cuda_profile((8, 0))) for event in outcome.results.values()]
+    assert line["case"] == "compile.call[cuda:sm_80,flash_attention_varlen,fp16,d64,causal,forward]"
+    assert line["verdict"] == verdicts.ERROR and line["reason"].endswith("none was checked: " + skipped["reason"])
 
 
 def test_an_interrupted_run_keeps_the_chunks_it_finished_and_shows_progress(monkeypatch, tmp_path, capsys):
@@ -256,3 +266,13 @@ def test_one_real_compile_for_sm_80(tmp_path):
     assert 0 < forward["registers"] <= 255 and forward["spills_bytes"] == 0
     assert 0 < forward["shared_bytes"] <= forward["shared_limit_bytes"] == 163 * 1024
     assert forward["compile_s"] > 0 and forward["backend"] == forward["target"] == "cuda:sm_80"
+
+
+def test_one_real_compile_of_a_packed_batch_for_sm_80(tmp_path):
+    """The varlen forward compiles with its tile list (a tensor passed by keyword, which a
+    configuration leaves out): no call of the plan is skipped."""
+    profile = cuda_profile((8, 0))
+    outcome = tier.run_chunk(profile, [plan.Call(plan.VARLEN, "fp16", 16, True, backward=False)], str(tmp_path))
+    assert outcome.skipped == {}
+    cases = [tier.results_line(event, profile)["case"] for event in outcome.results.values()]
+    assert cases == ["compile.fwd[cuda:sm_80,fp16,d16,causal,varlen]"]

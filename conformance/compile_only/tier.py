@@ -166,6 +166,20 @@ def _chunk_failure(profile: BackendProfile, calls: list, reason: str, stderr: st
                                     "traceback": stderr[-4000:]}}
 
 
+def _refused_call(profile: BackendProfile, call: dict, reason: str) -> dict:
+    """An error event for a call of the plan that raised before its kernels compiled (the
+    worker reports it as refused).  The plan holds only calls the operators accept, so this
+    is a fault of an operator or of the harness, and the kernels that call launches went
+    unchecked: an error line, not only a note (a harness bug once hid the varlen kernels so)."""
+    flags = [name for name, on in (("causal", call.get("causal")), ("dropout", call.get("dropout")),
+                                   ("forward", not call.get("backward", True))) if on]
+    parts = [profile.key, call["op"], call["dtype"], f"d{call['head_dim']}", *flags,
+             *(part for part in (call.get("variant"), call.get("config")) if part)]
+    return {"event": "result", "id": f"compile.call[{','.join(parts)}]", "kernel": "call", "dtype": call["dtype"],
+            "head_dim": call["head_dim"], "config": {},
+            "error": {"reason": f"the call raised before its kernels compiled, so none was checked: {reason}"}}
+
+
 def run_chunk(profile: BackendProfile, calls: list, cache_dir: str) -> ChunkOutcome:
     """Compile one chunk of the plan, restarting the worker after each crash."""
     outcome = ChunkOutcome()
@@ -184,6 +198,8 @@ def run_chunk(profile: BackendProfile, calls: list, cache_dir: str) -> ChunkOutc
                 outcome.notes.add(event["text"])
             elif event["event"] == "skipped":
                 outcome.skipped[json.dumps(event["call"], sort_keys=True)] = event["reason"]
+                refused = _refused_call(profile, event["call"], event["reason"])
+                outcome.results[refused["id"]] = refused
         if returncode == 0:
             return outcome
         reason = death_reason(returncode, stderr)

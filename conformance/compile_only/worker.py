@@ -47,7 +47,10 @@ KERNEL_NAMES = {
 # `head_dim` field, STAGES repeats num_stages, first_batch_head and INTERPRETED are the same
 # for every GPU launch, and a packed batch's delta pre-pass takes its run-time arguments
 # CU_SEQLENS_Q and total_q by keyword.
-_NOT_CONFIG = ("BLOCK_D", "INTERPRETED", "STAGES", "first_batch_head", "CU_SEQLENS_Q", "total_q")
+# Keyword arguments that are not part of a launch's configuration: derived from the call (the
+# head-dim tile, the stage count repeated as num_stages), or tensors passed by keyword (a packed
+# batch's offsets and tile list, kernels.packed_tiles), which the configuration's JSON cannot hold.
+_NOT_CONFIG = ("BLOCK_D", "INTERPRETED", "STAGES", "first_batch_head", "CU_SEQLENS_Q", "total_q", "TILES")
 
 
 def emit(event: dict) -> None:
