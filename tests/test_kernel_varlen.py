@@ -12,6 +12,7 @@ from conformance.backends import activate
 PROFILE = activate()  # must precede `import kernels` (sets TRITON_INTERPRET=1 on CPU)
 
 from conformance.bundled import kernels  # noqa: E402
+from conformance.bundled.kernels import flash as flash_module  # noqa: E402
 from test_kernel_variants import (  # noqa: E402
     BF16, FP16, FP32, assert_rule, draw, kernel_dense, reference, score_size, visibility,
 )
@@ -120,6 +121,22 @@ def test_zero_length_sequences_and_empty_batches():
     q, k, v, do, cu_q, cu_k = packed([0, 0], [0, 0], 2, 1, 16, FP16, seed=2)
     out, lse = kernels.flash_attention_varlen(q, k, v, cu_q, cu_k, 0, 0, return_log_normalizer=True)
     assert out.shape == (0, 2, 16) and lse.shape == (2, 0)
+
+
+def test_without_a_tile_list_the_grid_over_the_longest_sequence_gives_the_same_bits(monkeypatch):
+    """Under CUDA graph capture no tile list is made (kernels.packed_tiles) and the launches
+    take one program per (tile, sequence x head) over the longest sequence: the same results,
+    bit for bit, as the list's one program per tile that holds tokens."""
+    q, k, v, do, cu_q, cu_k = packed([0, 1, 5, 70, 33], [5, 1, 0, 66, 40], 4, 2, 32, FP16, seed=4)
+    options = dict(causal=True, window_size=(10, -1), dropout_p=0.25, dropout_seed=3)
+    listed = kernel_varlen(q, k, v, do, cu_q, cu_k, 70, 66, **options)
+    asked = []
+    monkeypatch.setattr(flash_module, "tile_list", lambda *args, **kwargs: asked.append(args))  # None: no list
+    with kernels.poisoned_outputs():
+        gridded = kernel_varlen(q, k, v, do, cu_q, cu_k, 70, 66, **options)
+    assert len(asked) == 4  # the forward, delta, dK/dV and dQ launches each asked
+    for name, tensor in listed.items():
+        assert torch.equal(tensor, gridded[name]), name
 
 
 def test_every_varlen_output_element_is_written():
