@@ -121,7 +121,7 @@ def flash_forward_kernel(
     TILES=None,  # a packed batch's tile list (kernels.packed_tiles)
 ):
     block_m, batch_head, batch, head, kv_head = program_coordinates(num_heads, group_size, first_batch_head,
-                                                                    True, TILES)
+                                                                    LAST_BLOCK_FIRST=True, TILES=TILES)
     q_start = 0
     if VARLEN:
         q_start, seq_q = sequence_span(CU_SEQLENS_Q, batch)

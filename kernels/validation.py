@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import weakref
-from collections import OrderedDict
 
 import torch
 
 from .targets import HEAD_DIMS
+from .tensor_memo import TensorMemo
 
 HIGH_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 # 8-bit floats: forward only (no backward kernel), where the backend has fp8 MMA.
@@ -201,33 +200,21 @@ def check_cu_seqlens(name: str, cu_seqlens, tokens: int, device: torch.device) -
     return offsets
 
 
-# The offsets of the cu_seqlens tensors checked last.  Reading a device tensor's values waits
-# for the GPU: before every varlen call that wait left the GPU idle while the host checked and
-# launched (0.2-0.3 ms a forward on an H100: reports/h100-sm90/variants/tuning/), though a model passes one
-# cu_seqlens to every layer, forward and backward.  So a tensor is read once, and again only
-# after torch's version counter says it was changed in place (anything torch writes to it); a
-# write torch does not see (a custom kernel's) is not re-read.  Keyed by id, and checked to be
-# that very tensor through a weak reference (a dead tensor's id can be reused).
-_CHECKED_OFFSETS: OrderedDict[int, tuple] = OrderedDict()
-_CHECKED_OFFSETS_KEPT = 16
+# The offsets of the cu_seqlens tensors checked last (kernels.tensor_memo says when they are
+# used again).  Before every varlen call the read back to the host left the GPU idle while the
+# host checked and launched (0.2-0.3 ms a forward on an H100: reports/h100-sm90/variants/tuning/),
+# though a model passes one cu_seqlens to every layer, forward and backward.
+_CHECKED_OFFSETS = TensorMemo(kept=16)
 
 
 def checked_offsets(cu_seqlens: torch.Tensor, tokens: int) -> list[int] | None:
     """The offsets of a cu_seqlens tensor checked before against `tokens`, unchanged since; else None."""
-    entry = _CHECKED_OFFSETS.get(id(cu_seqlens))
-    if entry is None:
-        return None
-    tensor, version, checked_tokens, offsets = entry
-    if tensor() is not cu_seqlens or version != cu_seqlens._version or checked_tokens != tokens:
-        return None
-    return list(offsets)
+    offsets = _CHECKED_OFFSETS.get(cu_seqlens, tokens)
+    return None if offsets is None else list(offsets)
 
 
 def _remember_offsets(cu_seqlens: torch.Tensor, tokens: int, offsets: list[int]) -> None:
-    _CHECKED_OFFSETS[id(cu_seqlens)] = (weakref.ref(cu_seqlens), cu_seqlens._version, tokens, offsets)
-    _CHECKED_OFFSETS.move_to_end(id(cu_seqlens))
-    while len(_CHECKED_OFFSETS) > _CHECKED_OFFSETS_KEPT:
-        _CHECKED_OFFSETS.popitem(last=False)
+    _CHECKED_OFFSETS.put(cu_seqlens, offsets, tokens)
 
 
 def check_max_seqlen(name: str, max_seqlen, offsets: list[int]) -> int:

@@ -273,6 +273,6 @@ def test_one_real_compile_of_a_packed_batch_for_sm_80(tmp_path):
     configuration leaves out): no call of the plan is skipped."""
     profile = cuda_profile((8, 0))
     outcome = tier.run_chunk(profile, [plan.Call(plan.VARLEN, "fp16", 16, True, backward=False)], str(tmp_path))
-    assert outcome.skipped == {}
+    assert not any(case.startswith("compile.call[") for case in outcome.results)  # no call refused
     cases = [tier.results_line(event, profile)["case"] for event in outcome.results.values()]
     assert cases == ["compile.fwd[cuda:sm_80,fp16,d16,causal,varlen]"]

@@ -52,7 +52,6 @@ class ChunkOutcome:
 
     results: dict[str, dict] = field(default_factory=dict)  # id -> result event
     notes: set[str] = field(default_factory=set)
-    skipped: dict[str, str] = field(default_factory=dict)  # call -> reason
 
 
 def _worker_env() -> dict:
@@ -197,7 +196,6 @@ def run_chunk(profile: BackendProfile, calls: list, cache_dir: str) -> ChunkOutc
             elif event["event"] == "note":
                 outcome.notes.add(event["text"])
             elif event["event"] == "skipped":
-                outcome.skipped[json.dumps(event["call"], sort_keys=True)] = event["reason"]
                 refused = _refused_call(profile, event["call"], event["reason"])
                 outcome.results[refused["id"]] = refused
         if returncode == 0:
@@ -298,7 +296,6 @@ def compile_targets(profiles: list[BackendProfile], scope: str, workers: int,
             fresh = [results_line(event, profile) for case_id, event in outcome.results.items() if case_id not in lines]
             lines.update((line["case"], line) for line in fresh)
             notes |= outcome.notes
-            notes |= {f"{profile.key}: skipped {call}: {reason}" for call, reason in outcome.skipped.items()}
             if on_chunk is not None:
                 on_chunk(fresh, done, len(work))
     return sorted(lines.values(), key=lambda line: _order(line, profiles)), sorted(notes)

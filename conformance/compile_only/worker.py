@@ -9,7 +9,7 @@ and writes one JSON event per line on stdout:
     {"event": "start", "id": ..., ...}         before each compile: what it compiles
     {"event": "result", "id": ..., ...}        the same, with its measurements or its error
     {"event": "note", "text": ...}             something the whole run should say
-    {"event": "skipped", "call": ..., "reason": ...}  an operator refused a call
+    {"event": "skipped", "call": ..., "reason": ...}  a call raised before it compiled (an error line)
     {"event": "compiler", "refused": {dtype: reason}}  the answer to a probe job
 
 A probe job (`"probe": [dtypes]`, no calls) only asks whether the installed triton
@@ -290,7 +290,7 @@ def main() -> int:
                     run_call(call)
             else:
                 run_call(call)
-        except (TypeError, ValueError) as exc:  # the operator refuses this call
+        except (TypeError, ValueError) as exc:  # refused by the operator, or a fault of the worker's
             emit({"event": "skipped", "call": call, "reason": f"{type(exc).__name__}: {exc}"})
     return 0
 
