@@ -59,7 +59,7 @@ def program_coordinates(num_heads, group_size, first_batch_head=0, LAST_BLOCK_FI
     LAST_BLOCK_FIRST numbers the blocks of each slice from the last: a GPU starts programs
     in grid order (axis 0 fastest), and a causal query tile's work grows with its index, so
     the heaviest tiles then start first and the grid ends on the lightest (a shorter tail;
-    the dense causal forward +0-3 % TFLOP/s on an H100,
+    the dense causal forward +0-6 % TFLOP/s on an H100,
     reports/h100-sm90/variants/tuning/block-order/).  Which program takes which tile is all
     it changes: every result is the same.
 

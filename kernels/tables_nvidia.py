@@ -126,7 +126,7 @@ HOPPER_LAUNCH = {
     # visible pairs; reports/h100-sm90/variants/tuning/).  Its many short sequences give short
     # key loops: 64x64 tiles with 4 warps at D = 64 (334 against 291 with the dense 128x64,
     # 8 warps), 128x64 with 8 warps at D = 128 (341 against 322 with 128x128).  Over the tile
-    # lists of kernels.packed_tiles, 64x64 led 128x64 at D = 128 in a sweep at S = 8192 (411
+    # lists of kernels.packed_tiles, 64x64 led 128x64 at D = 128 in an fp16 sweep at S = 8192 (411
     # against 403, tuning/tile-list/), but the variants benchmark with it (benchmark-0a42d67/)
     # was no faster at S = 8192 and slower at 16384 (417 against 430 with 128x64 in the same
     # benchmark at ea240e1, another machine): 128x64 stays.  A sliding window keeps the dense
