@@ -9,7 +9,10 @@ contiguous run of whole key tiles of [0, L_b) (L_b: sequence b's context length)
 program streams those of its split that the causal mask or window lets some of its rows
 see, with the dense forward's online softmax (kernels.blocks), scores (kernels.scores) and
 masks (kernels.bands), everything bottom-right aligned to L_b as the dense operator is to
-Sk.  It writes the split's normalised fp32 output and log-normalizer to scratch.
+Sk.  It writes the split's normalised fp32 output and log-normalizer to scratch -- or, where
+the call has one split, the finished output and lse, and no merge is launched: a large batch
+fills the device without splits, and its merge only copied the scratch (2 MiB written and read
+back, one launch more, at B 128 with 1k keys).
 
 decode_merge_kernel: per (row tile, sequence x kv head), the log-sum-exp merge of the
 splits, m = max_s lse_s, w_s = exp(lse_s - m):
@@ -86,11 +89,32 @@ def cached_tile(base, row_offsets, row_mask, dims, stride_d, head_dim, descale,
 
 
 @triton.jit
-def store_partial(out_base, lse_base, out, lse, rows, dims, stride_pm, stride_pd, rows_total, head_dim,
-                  INTERPRETED: tl.constexpr):
-    """One split's fp32 output tile and log-normalizer, for the merge."""
-    store_tile(out_base, out, rows, dims, stride_pm, stride_pd, rows_total, head_dim, INTERPRETED)
-    tl.store(lse_base + rows, lse, mask=rows < rows_total)
+def store_rows(O, LSE, out, lse, batch, rows, tokens, heads, dims, stride_ob, stride_om, stride_oh, stride_od,
+               stride_lb, stride_lh, stride_lm, rows_total, head_dim, INTERPRETED: tl.constexpr):
+    """A row tile's finished fp32 output, rounded once to O's dtype, and its lse, at each row's
+    (token, head) of sequence `batch` in O (B, Sq, H, D) and LSE (B, H, Sq)."""
+    real = rows < rows_total
+    out_rows = tokens.to(tl.int64) * stride_om + heads.to(tl.int64) * stride_oh
+    scatter_rows(O + batch.to(tl.int64) * stride_ob, narrow(out, O.dtype.element_ty, INTERPRETED), out_rows, real,
+                 dims, stride_od, head_dim)
+    lse_rows = batch.to(tl.int64) * stride_lb + heads.to(tl.int64) * stride_lh + tokens.to(tl.int64) * stride_lm
+    tl.store(LSE + lse_rows, lse, mask=real)
+
+
+@triton.jit
+def store_split(out, lse, batch, rows, tokens, heads, dims, rows_total, head_dim,
+                out_base, lse_base, stride_pm, stride_pd,
+                O, LSE, stride_ob, stride_om, stride_oh, stride_od, stride_lb, stride_lh, stride_lm,
+                ONE_SPLIT: tl.constexpr, INTERPRETED: tl.constexpr):
+    """One split's output tile and log-normalizer: fp32 to the scratch for the merge, or, where
+    the split is the call's only one (ONE_SPLIT), finished to O and LSE as the merge would --
+    its weight exp(lse - lse) is 1, so the merge would only copy and round it."""
+    if ONE_SPLIT:
+        store_rows(O, LSE, out, lse, batch, rows, tokens, heads, dims, stride_ob, stride_om, stride_oh, stride_od,
+                   stride_lb, stride_lh, stride_lm, rows_total, head_dim, INTERPRETED)
+    else:
+        store_tile(out_base, out, rows, dims, stride_pm, stride_pd, rows_total, head_dim, INTERPRETED)
+        tl.store(lse_base + rows, lse, mask=rows < rows_total)
 
 
 # The lengths, the page size, the split count and the window vary from call to call: not
@@ -98,21 +122,24 @@ def store_partial(out_base, lse_base, out, lse, rows, dims, stride_pm, stride_pd
 @triton.jit(do_not_specialize=["kv_heads", "group_size", "seq_q", "page_size", "num_splits",
                                "window_left", "window_right", "first_batch_head"])
 def decode_split_kernel(
-    Q, K, V, BLOCK_TABLE, CONTEXT_LENS, OUTSIDE, PARTIAL_OUT, PARTIAL_LSE,
+    Q, K, V, BLOCK_TABLE, CONTEXT_LENS, OUTSIDE, PARTIAL_OUT, PARTIAL_LSE, O, LSE,
     sm_scale, k_descale, v_descale,
     stride_qb, stride_qm, stride_qh, stride_qd,
     stride_kp, stride_ks, stride_kh, stride_kd,
     stride_vp, stride_vs, stride_vh, stride_vd,
     stride_tb, stride_tp,
     stride_ps, stride_pm, stride_pd, stride_ls,
+    stride_ob, stride_om, stride_oh, stride_od,
+    stride_lb, stride_lh, stride_lm,
     kv_heads, group_size, seq_q, page_size, head_dim, num_splits,
     window_left, window_right, softcap, ALIBI_SLOPES, stride_alibi_b,
     first_batch_head,
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
     DEQUANTIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    INTERPRETED: tl.constexpr, CHECKED: tl.constexpr, HEAD_CHUNK: tl.constexpr = 0,
+    INTERPRETED: tl.constexpr, CHECKED: tl.constexpr, ONE_SPLIT: tl.constexpr, HEAD_CHUNK: tl.constexpr = 0,
 ):
-    """One (row tile, split) of one (sequence, kv head): its fp32 partial output and lse.
+    """One (row tile, split) of one (sequence, kv head): its fp32 partial output and lse, or
+    with ONE_SPLIT (num_splits 1) the finished output and lse (store_split; no merge follows).
     CHECKED: OUTSIDE holds cache_values_kernel's answer, and a sequence whose values leave the
     cache reads no key (as if empty): its table and length are not followed out of bounds
     while the host has yet to read the answer and raise (kernels.value_check)."""
@@ -139,8 +166,10 @@ def decode_split_kernel(
         # No row of this tile sees a key of this split (past L, outside the band, or L = 0):
         # it contributes nothing to the merge, which the weight exp(-inf - m) = 0 says.
         empty_lse = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
-        store_partial(out_base, lse_base, tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32), empty_lse,
-                      rows, dims, stride_pm, stride_pd, rows_total, head_dim, INTERPRETED)
+        store_split(tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32), empty_lse, batch, rows, tokens, heads, dims,
+                    rows_total, head_dim, out_base, lse_base, stride_pm, stride_pd,
+                    O, LSE, stride_ob, stride_om, stride_oh, stride_od, stride_lb, stride_lh, stride_lm,
+                    ONE_SPLIT, INTERPRETED)
         return
 
     # Padding rows (past the tile's last token) read row 0 and are never stored: no row mask.
@@ -185,7 +214,9 @@ def decode_split_kernel(
         acc = mma(narrow(p, v.dtype, INTERPRETED), v, acc * rescale[:, None], INTERPRETED)
 
     out, lse = finished_rows(acc, row_max, row_sum, score_scale)
-    store_partial(out_base, lse_base, out, lse, rows, dims, stride_pm, stride_pd, rows_total, head_dim, INTERPRETED)
+    store_split(out, lse, batch, rows, tokens, heads, dims, rows_total, head_dim, out_base, lse_base,
+                stride_pm, stride_pd, O, LSE, stride_ob, stride_om, stride_oh, stride_od, stride_lb, stride_lh,
+                stride_lm, ONE_SPLIT, INTERPRETED)
 
 
 @triton.jit(do_not_specialize=["kv_heads", "group_size", "seq_q", "num_splits", "first_batch_head"])
@@ -220,10 +251,5 @@ def decode_merge_kernel(
         acc += weight[:, None] * partial  # the rescale: each split's normalised output weighted by its share
     # finished_rows with scale 1: out = acc / total and lse = m + log(total), 0 and -inf where total is 0.
     out, lse = finished_rows(acc, top, total, 1.0)
-
-    real = rows < rows_total
-    out_rows = tokens.to(tl.int64) * stride_om + heads.to(tl.int64) * stride_oh
-    o_base = O + batch.to(tl.int64) * stride_ob
-    scatter_rows(o_base, narrow(out, O.dtype.element_ty, INTERPRETED), out_rows, real, dims, stride_od, head_dim)
-    lse_rows = batch.to(tl.int64) * stride_lb + heads.to(tl.int64) * stride_lh + tokens
-    tl.store(LSE + lse_rows, lse, mask=real)
+    store_rows(O, LSE, out, lse, batch, rows, tokens, heads, dims, stride_ob, stride_om, stride_oh, stride_od,
+               stride_lb, stride_lh, stride_lm, rows_total, head_dim, INTERPRETED)

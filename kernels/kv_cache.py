@@ -203,27 +203,35 @@ def _append(k_new, v_new, k_cache, v_cache, cache_seqlens, problem: DecodeProble
 
 
 def _attend(q, k_cache, v_cache, problem: DecodeProblem):
-    """out (B, Sq, H, D) like q, lse (B, H, Sq) fp32: the splits, then their merge."""
+    """out (B, Sq, H, D) like q, lse (B, H, Sq) fp32: the splits, then their merge (none
+    after a single split)."""
     kv_heads, interpreted, batch_heads = problem.kv_heads, problem.target.interpreted, problem.batch * problem.kv_heads
     out, lse = _new_outputs(q, problem.batch, problem.heads, problem.seq_q)
     if out.numel() == 0:
         return out, lse
     plan = launch_plan(q.dtype, problem.head_dim, batch_heads, problem.rows, problem.capacity, problem.num_splits,
                        problem.dequantize, q.device, problem.target)
-    # Scratch (B, Hkv, splits, rows, D) and (B, Hkv, splits, rows), fp32: every element is
-    # written by the program of its (row tile, split), an empty split's too (0, -inf).
-    partial_out = new_output(plan.scratch, torch.float32, q.device)
-    partial_lse = new_output(plan.scratch[:2], torch.float32, q.device)
-    partial_strides = (*partial_out.stride(), partial_lse.stride(0))
+    one_split = plan.splits == 1
+    if one_split:  # the split kernel writes out and lse itself (kernels.decode_forward): no scratch
+        partial_out, partial_lse, partial_strides = out, lse, (0, 0, 0, 0)
+    else:
+        # Scratch (B, Hkv, splits, rows, D) and (B, Hkv, splits, rows), fp32: every element is
+        # written by the program of its (row tile, split), an empty split's too (0, -inf).
+        partial_out = new_output(plan.scratch, torch.float32, q.device)
+        partial_lse = new_output(plan.scratch[:2], torch.float32, q.device)
+        partial_strides = (*partial_out.stride(), partial_lse.stride(0))
     record_launch("decode_split", plan.split_config)
     launch(decode_split_kernel, plan.split_blocks, batch_heads,
            q, k_cache, v_cache, problem.block_table, problem.context_lens, problem.value_flags(), partial_out,
-           partial_lse,
+           partial_lse, out, lse,
            problem.sm_scale, *problem.descales,
            *q.stride(), *k_cache.stride(), *v_cache.stride(), *problem.block_table.stride(), *partial_strides,
+           *out.stride(), *lse.stride(),
            kv_heads, problem.group, problem.seq_q, problem.page_size, plan.split_head_dim, plan.splits,
            *problem.score_args(),
-           BLOCK_D=plan.block_d, INTERPRETED=interpreted, **problem.kernel_flags(), **plan.split)
+           BLOCK_D=plan.block_d, INTERPRETED=interpreted, ONE_SPLIT=one_split, **problem.kernel_flags(), **plan.split)
+    if one_split:
+        return out, lse
     record_launch("decode_merge", plan.merge_config)
     launch(decode_merge_kernel, plan.merge_blocks, batch_heads,
            partial_out, partial_lse, out, lse, *partial_strides, *out.stride(), *lse.stride(),

@@ -272,8 +272,24 @@ def test_a_launch_plan_is_made_once_per_signature_and_follows_the_tables(monkeyp
     with tuning.recorded_launches() as launched:
         out = kernels.kv_cache_attention(**args)
     assert decode_plan._plan.cache_info().misses == 2
-    assert launched["decode_split"] == config and "decode_merge" in launched
+    assert launched["decode_split"] == config
     assert torch.allclose(out.float(), expected.float(), atol=1e-2)  # key tiles of 32: other splits, one result
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_a_single_split_writes_the_output_itself_as_the_merge_would(paged):
+    """num_splits=1: the split kernel finishes out and lse, and no merge is launched.  Two
+    splits of which only the first holds keys (every cache here fits one key tile) go through
+    the merge, whose weights are then exactly 1 and 0: the same bits."""
+    args = valid_arguments(paged=paged)
+    with tuning.recorded_launches() as launched:
+        one = kernels.kv_cache_attention(**args, num_splits=1, return_log_normalizer=True)
+    assert "decode_split" in launched and "decode_merge" not in launched
+    with tuning.recorded_launches() as launched:
+        merged = kernels.kv_cache_attention(**args, num_splits=2, return_log_normalizer=True)
+    assert "decode_merge" in launched
+    for single, through_merge in zip(one, merged):
+        assert torch.equal(bits(single), bits(through_merge))
 
 
 def test_the_checks_of_a_signature_seen_before_still_refuse_what_changed():
