@@ -4,10 +4,13 @@ For each cell of the decoding benchmark's grid named on the command line (or the
 cells past 256 MB that read below 80 % of the copy bandwidth in the benchmark), times
 kv_cache_attention unchecked under every (BLOCK_N, num_warps, num_stages) of the probe's grid
 (kernels.tuning.OVERRIDES["decode_split"]; BLOCK_M stays the plan's row tile) and every split
-count (0: the heuristic), all interleaved per cell (benchmarks.timing).  Prints the best per
-cell and the heuristic's share of it; JSON lines with --out.
+count (0: the heuristic), all interleaved per cell (benchmarks.timing), and any peers of the
+decoding benchmark named by --peers (e.g. flag_paged, with FlagAttention's src on PYTHONPATH)
+in the same rounds.  Prints the best per cell and the heuristic's share of it; JSON lines
+with --out.  A cell is dtype:page:seq_q:batch:context[:head_dim] (head dim 128 if left out).
 
-    python benchmarks/decode_probe.py [--cells bf16:16:1:1:131072,...] [--out FILE]
+    python benchmarks/decode_probe.py [--cells bf16:16:1:1:131072,...] [--splits 0,16,...]
+                                      [--peers flag_paged] [--out FILE]
 """
 
 from __future__ import annotations
@@ -40,11 +43,12 @@ POLICY = timing.RepetitionPolicy(target_ms=30.0, min_reps=5, max_reps=40, warmup
 
 
 def parse_cell(text: str) -> decode.Cell:
-    dtype, page, seq_q, batch, context = text.split(":")
-    return decode.Cell(dtype, int(page), int(seq_q), int(batch), int(context))
+    dtype, *numbers = text.split(":")
+    page, seq_q, batch, context, *head_dim = map(int, numbers)
+    return decode.Cell(dtype, page, seq_q, batch, context, head_dim=head_dim[0] if head_dim else 128)
 
 
-def probe(cell: decode.Cell) -> list[dict]:
+def probe(cell: decode.Cell, splits=SPLITS, peers=()) -> list[dict]:
     tensors = decode.problem(cell)
 
     def call(config, splits):
@@ -62,8 +66,12 @@ def probe(cell: decode.Cell) -> list[dict]:
         return run
 
     calls = {"table/0": call(None, 0)}
-    for config, splits in itertools.product(CONFIGS, SPLITS):
-        calls[f"{config.block_n}x{config.num_warps}w{config.num_stages}s/{splits}"] = call(config, splits)
+    for config, count in itertools.product(CONFIGS, splits):
+        calls[f"{config.block_n}x{config.num_warps}w{config.num_stages}s/{count}"] = call(config, count)
+    for peer in peers:
+        reason = decode.skip_reason(cell, peer, torch.cuda.mem_get_info()[0])
+        if reason is None:
+            calls[peer] = decode._BUILDERS[peer](cell, tensors)
     lines = []
     for name, result in timing.interleaved_medians(calls, POLICY).items():
         line = {"cell": cell.label, "variant": name, "cache_bytes": cell.cache_bytes}
@@ -78,13 +86,18 @@ def probe(cell: decode.Cell) -> list[dict]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", help="comma-separated dtype:page:seq_q:batch:context (default: the slow cells)")
+    parser.add_argument("--splits", default=",".join(map(str, SPLITS)),
+                        help="comma-separated split counts to try (0: the heuristic)")
+    parser.add_argument("--peers", default="", help=f"comma-separated peers of the benchmark ({', '.join(decode.PEERS)})")
     parser.add_argument("--out", type=pathlib.Path, help="JSON lines, one per (cell, variant)")
     args = parser.parse_args(argv)
     cells = [parse_cell(text) for text in args.cells.split(",")] if args.cells else DEFAULT_CELLS
+    splits = tuple(int(count) for count in args.splits.split(","))
+    peers = tuple(name for name in args.peers.split(",") if name)
     copy = decode.copy_bandwidth(decode.POLICY)
     print(f"copy bandwidth {copy / 1e9:.0f} GB/s", flush=True)
     for cell in cells:
-        lines = probe(cell)
+        lines = probe(cell, splits, peers)
         torch.cuda.empty_cache()
         if args.out:
             with args.out.open("a") as sink:
