@@ -36,7 +36,8 @@ KERNELS = ("fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq", "total")
 # the forward does, with at most its rows (kernels.decode_plan.row_tile), one gathered address
 # per key more, and no descriptors: the forward's tiles, fitted to each family's shared
 # memory and registers, fit it too.  Its merge reads [rows, D] fp32 tiles and sums them, as
-# the delta pre-pass does.  Untuned: no set has tables of its own for them yet.
+# the delta pre-pass does.  Hopper's set has split tables of its own (kernels.tables_nvidia:
+# a bandwidth-bound stream wants fewer warps and longer key tiles than the forward).
 BORROWED = {"decode_split": "fwd", "decode_merge": "bwd_preprocess"}
 
 # Iluvatar CoreX (64-wide warps, limits unpublished): untuned, Ampere's tiles with half the

@@ -321,8 +321,12 @@ def test_every_target_has_decode_launch_configurations_in_its_tuning_space(targe
                 config = tuning.launch_config(kernel, head_dim, dtype, target)
                 assert config in tuning_space.space(kernel, target, dtype), (kernel, dtype, head_dim, config)
     with tuning_space.configured("fwd", tuning.LaunchConfig(32, 32)):  # a sweep of fwd leaves decode alone
+        assert tuning.launch_config("decode_split", 64, "fp16", Target("cuda", 80, 32)) == \
+            tuning.AMPERE.tables["fwd"].pick(64)
         assert tuning.launch_config("decode_split", 64, "fp16", Target("cuda", 90, 32)) == \
-            tuning.HOPPER.tables["fwd"].pick(64)
+            tuning.HOPPER.tables["decode_split"].pick(64)
+        assert tuning.launch_config("decode_split", 64, "fp32", Target("cuda", 90, 32)) == \
+            tuning.HOPPER.tables["fwd.fp32"].pick(64)
 
 
 # ----------------------------------------------------------------------------- argument errors
