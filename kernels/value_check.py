@@ -97,7 +97,8 @@ def _host_buffer(device: torch.device, batch: int) -> tuple[torch.Tensor, torch.
             # torch.Event, not torch.cuda.Event: its record() finds the current stream in C++,
             # where torch.cuda.Event's asks torch.cuda.current_stream() (~13 us on the H100 machines).
             event = event or torch.Event(device)
-            kept.clear()  # the views of a smaller buffer go with it
+            for key in [key for key in kept if isinstance(key, tuple) and key[0] == device.index]:
+                del kept[key]  # this device's views of its smaller buffer go with it
             kept[device.index] = (buffer, event)
         answer = kept[(device.index, batch)] = (buffer[:batch], event)
     return answer

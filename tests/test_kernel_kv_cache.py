@@ -14,7 +14,7 @@ from conformance.backends import activate
 PROFILE = activate()  # must precede `import kernels` (sets TRITON_INTERPRET=1 on CPU)
 
 from conformance.bundled import kernels  # noqa: E402
-from conformance.bundled.kernels import decode_plan, tuning, tuning_space  # noqa: E402
+from conformance.bundled.kernels import decode_plan, tuning, tuning_space, value_check  # noqa: E402
 from conformance.bundled.kernels import launch as kernels_launch  # noqa: E402
 from conformance.bundled.kernels.targets import INTERPRETER, Target  # noqa: E402
 from conformance.bundled.mutants import registry  # noqa: E402
@@ -497,7 +497,7 @@ def test_values_that_leave_the_cache_raise_after_the_kernels_are_queued_and_touc
 def test_a_flagged_sequence_is_read_as_empty_and_the_others_as_they_are():
     """decode_split_kernel with CHECKED: the sequence the check flags sees no key (out 0, lse
     -inf in the partials), the other gives what an unchecked call gives."""
-    from conformance.bundled.kernels import kv_cache, value_check
+    from conformance.bundled.kernels import kv_cache
 
     args = valid_arguments(paged=True)
     out, lse = kernels.kv_cache_attention(**args, return_log_normalizer=True, check_values=False)
@@ -529,3 +529,20 @@ def test_each_mutant_fails_the_oracle_on_its_case(mutant):
     mutated = getattr(registry, f"kv_cache_attention_{mutant}")
     with pytest.raises(AssertionError, match="2x rule broken|not the expected cache"):
         judge(CASES[KILLERS[mutant]], mutated)
+
+
+def test_the_answer_buffers_grow_per_device(monkeypatch):
+    """value_check's pinned answer buffers: a larger batch on one device replaces that device's
+    buffer and its views only; another device's views stay (no pinned memory here: plain)."""
+    real_empty = torch.empty
+    monkeypatch.setattr(value_check.torch, "empty", lambda *shape, pin_memory=False, **kw: real_empty(*shape, **kw))
+    monkeypatch.setattr(value_check.torch, "Event", lambda device: ("event", device.index))
+    monkeypatch.setattr(value_check._per_thread, "buffers", {}, raising=False)
+    first, second = torch.device("cuda", 0), torch.device("cuda", 1)
+    other, _ = value_check._host_buffer(second, 8)
+    small, event = value_check._host_buffer(first, 8)
+    grown, same_event = value_check._host_buffer(first, 100)
+    assert grown.numel() == 100 and small.untyped_storage().data_ptr() != grown.untyped_storage().data_ptr()
+    assert same_event == event == ("event", 0)
+    assert value_check._host_buffer(second, 8)[0] is other
+    assert value_check._host_buffer(first, 8)[0].untyped_storage().data_ptr() == grown.untyped_storage().data_ptr()

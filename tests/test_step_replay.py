@@ -10,16 +10,19 @@ import torch
 
 from conformance.bundled.kernels import decode_steps, replay, step_replay, tuning
 from conformance.bundled.kernels.launch_tables import LaunchConfig
-from test_replay import call, kernel  # noqa: F401 -- the fixture
+import test_replay
+from test_replay import call
+
+kernel = test_replay.kernel  # its stand-in JIT fixture, for these tests too
 
 
-def recorded_call(kernel, x, out, **kwargs):  # noqa: F811
+def recorded_call(kernel, x, out, **kwargs):
     with replay.recording() as launches:
         call(kernel, x, out, **kwargs)
     return launches
 
 
-def test_a_step_launches_with_the_roles_of_the_later_call(kernel):  # noqa: F811
+def test_a_step_launches_with_the_roles_of_the_later_call(kernel):
     x, out = torch.zeros(16), torch.zeros(16)
     call(kernel, x, out)  # the replay exists from here on
     step = step_replay.record(recorded_call(kernel, x, out), roles=(x, out))
@@ -30,7 +33,7 @@ def test_a_step_launches_with_the_roles_of_the_later_call(kernel):  # noqa: F811
     assert len(kernel.jit_launches) == 1
 
 
-def test_a_tensor_no_role_is_becomes_fresh_scratch_of_its_shape_and_dtype(kernel):  # noqa: F811
+def test_a_tensor_no_role_is_becomes_fresh_scratch_of_its_shape_and_dtype(kernel):
     x, scratch = torch.zeros(16), torch.zeros(4, 8, dtype=torch.float64)
     call(kernel, x, scratch)
     step = step_replay.record(recorded_call(kernel, x, scratch), roles=(x,))
@@ -41,7 +44,7 @@ def test_a_tensor_no_role_is_becomes_fresh_scratch_of_its_shape_and_dtype(kernel
 
 
 @pytest.mark.parametrize("why", ["through the JIT", "a view as scratch"])
-def test_no_step_where_a_launch_cannot_be_launched_again(kernel, why, monkeypatch):  # noqa: F811
+def test_no_step_where_a_launch_cannot_be_launched_again(kernel, why, monkeypatch):
     x = torch.zeros(32)
     if why == "through the JIT":
         monkeypatch.setattr(replay, "_enabled", False)
