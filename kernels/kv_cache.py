@@ -60,20 +60,14 @@ APPEND_TOKENS = 16
 # ~5 us a call, a decode step's host time; nothing changes a problem once it is made.
 @dataclass(eq=False, slots=True)
 class DecodeProblem:
-    """One validated call: shapes; the block table (B, max_pages) int32 and page size the
-    kernels address the cache by; the context lengths L_b (int32 on the device, and the
-    capacity per sequence, which bounds them: the host never reads the lengths); the mask and
+    """One validated call: its layout (shapes, the page size the kernels address the cache by,
+    the capacity per sequence, which bounds the lengths: the host never reads them); the block
+    table (B, max_pages) int32; the context lengths L_b (int32 on the device); the mask and
     score options as kernels.problem resolves them; the fp8 scales; the target it launches to."""
 
-    batch: int
-    heads: int
-    kv_heads: int
-    seq_q: int
-    head_dim: int
+    layout: Layout
     block_table: torch.Tensor
-    page_size: int
     context_lens: torch.Tensor
-    capacity: int
     causal: bool
     band: tuple[int, int] | None
     softcap: float | None
@@ -87,12 +81,12 @@ class DecodeProblem:
 
     @property
     def group(self) -> int:
-        return self.heads // self.kv_heads
+        return self.layout.heads // self.layout.kv_heads
 
     @property
     def rows(self) -> int:
         """Rows per (sequence, kv head): the query tokens x the heads of one kv head's group."""
-        return self.seq_q * self.group
+        return self.layout.seq_q * self.group
 
     def score_args(self) -> tuple:
         """window_left, window_right, softcap, ALIBI_SLOPES, stride_alibi_b (None when off)."""
@@ -160,9 +154,8 @@ def _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_n
     # Last, once every other argument is known good: the values' check is launched, not yet read.
     table, context_lens, slopes, pending = _call_tensors(layout, cache_seqlens, block_table, alibi_slopes,
                                                          k_cache.shape[0], check_values)
-    return DecodeProblem(layout.batch, layout.heads, layout.kv_heads, layout.seq_q, layout.head_dim, table,
-                         layout.page_size, context_lens, layout.capacity, causal, band, softcap, slopes, scale,
-                         descales, k_cache.dtype in FP8, splits, target, pending)
+    return DecodeProblem(layout, table, context_lens, causal, band, softcap, slopes, scale, descales,
+                         k_cache.dtype in FP8, splits, target, pending)
 
 
 def _call_tensors(layout: Layout, cache_seqlens, block_table, alibi_slopes, num_pages: int, check_values: bool):
@@ -195,21 +188,23 @@ def _append(k_new, v_new, k_cache, v_cache, cache_seqlens, problem: DecodeProble
     """k_new, v_new written to the cache at positions cache_seqlens[b] .. + Sq - 1, in place."""
     if k_new.numel() == 0:
         return
-    launch(append_kernel, ceil_div(problem.seq_q, APPEND_TOKENS), problem.batch * problem.kv_heads,
-           k_new, v_new, k_cache, v_cache, problem.block_table, cache_seqlens, problem.value_flags(),
-           *k_new.stride(), *v_new.stride(), *k_cache.stride(), *v_cache.stride(), *problem.block_table.stride(),
-           problem.kv_heads, problem.seq_q, problem.page_size, head_dim_bound(problem.head_dim, block_d),
-           problem.batch, BLOCK_M=APPEND_TOKENS, BLOCK_D=block_d, CHECKED=problem.value_check is not None)
+    layout, table = problem.layout, problem.block_table
+    launch(append_kernel, ceil_div(layout.seq_q, APPEND_TOKENS), layout.batch * layout.kv_heads,
+           k_new, v_new, k_cache, v_cache, table, cache_seqlens, problem.value_flags(),
+           *k_new.stride(), *v_new.stride(), *k_cache.stride(), *v_cache.stride(), *table.stride(),
+           layout.kv_heads, layout.seq_q, layout.page_size, head_dim_bound(layout.head_dim, block_d),
+           layout.batch, BLOCK_M=APPEND_TOKENS, BLOCK_D=block_d, CHECKED=problem.value_check is not None)
 
 
 def _attend(q, k_cache, v_cache, problem: DecodeProblem):
     """out (B, Sq, H, D) like q, lse (B, H, Sq) fp32: the splits, then their merge (none
     after a single split)."""
-    kv_heads, interpreted, batch_heads = problem.kv_heads, problem.target.interpreted, problem.batch * problem.kv_heads
-    out, lse = _new_outputs(q, problem.batch, problem.heads, problem.seq_q)
+    layout, interpreted = problem.layout, problem.target.interpreted
+    kv_heads, batch_heads = layout.kv_heads, layout.batch * layout.kv_heads
+    out, lse = _new_outputs(q, layout.batch, layout.heads, layout.seq_q)
     if out.numel() == 0:
         return out, lse
-    plan = launch_plan(q.dtype, problem.head_dim, batch_heads, problem.rows, problem.capacity, problem.num_splits,
+    plan = launch_plan(q.dtype, layout.head_dim, batch_heads, problem.rows, layout.capacity, problem.num_splits,
                        problem.dequantize, q.device, problem.target)
     one_split = plan.splits == 1
     if one_split:  # the split kernel writes out and lse itself (kernels.decode_forward): no scratch
@@ -227,7 +222,7 @@ def _attend(q, k_cache, v_cache, problem: DecodeProblem):
            problem.sm_scale, *problem.descales,
            *q.stride(), *k_cache.stride(), *v_cache.stride(), *problem.block_table.stride(), *partial_strides,
            *out.stride(), *lse.stride(),
-           kv_heads, problem.group, problem.seq_q, problem.page_size, plan.split_head_dim, plan.splits,
+           kv_heads, problem.group, layout.seq_q, layout.page_size, plan.split_head_dim, plan.splits,
            *problem.score_args(),
            BLOCK_D=plan.block_d, INTERPRETED=interpreted, ONE_SPLIT=one_split, **problem.kernel_flags(), **plan.split)
     if one_split:
@@ -235,7 +230,7 @@ def _attend(q, k_cache, v_cache, problem: DecodeProblem):
     record_launch("decode_merge", plan.merge_config)
     launch(decode_merge_kernel, plan.merge_blocks, batch_heads,
            partial_out, partial_lse, out, lse, *partial_strides, *out.stride(), *lse.stride(),
-           kv_heads, problem.group, problem.seq_q, plan.merge_head_dim, plan.splits,
+           kv_heads, problem.group, layout.seq_q, plan.merge_head_dim, plan.splits,
            BLOCK_D=plan.block_d, INTERPRETED=interpreted, **plan.merge)
     return out, lse
 
@@ -298,15 +293,14 @@ def kv_cache_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, 
         with replay.recording() as launches, recorded_launches() as configs:
             if k_new is not None:
                 _append(k_new, v_new, k_cache, v_cache, cache_seqlens, problem,
-                        padded_head_dim(problem.head_dim, q.dtype))
+                        padded_head_dim(problem.layout.head_dim, q.dtype))
             out, lse = _attend(q, k_cache, v_cache, problem)
         for kernel, config in configs.items():  # to the record a harness has open, if one is
             record_launch(kernel, config)
         pending = problem.value_check
         if key is not None:
             roles = _roles(tensors, problem.block_table, problem.context_lens, pending, problem.alibi_slopes, out, lse)
-            layout = checked_layout(tensors[:7], problem.target)
-            _keep_step(key, step_replay.record(launches, roles, (layout, tuple(configs.items()))))
+            _keep_step(key, step_replay.record(launches, roles, (problem.layout, tuple(configs.items()))))
     if pending is not None:
         value_check.finish(pending)  # raises where a value leaves the cache
     return (out, lse) if return_log_normalizer else out
