@@ -187,7 +187,8 @@ def _variant_call(call: dict, torch_dtype):
 
 def _kv_cache_call(call: dict, cache_dtype) -> None:
     """kv_cache_attention on a paged cache (pages of 16, a 40-key context, 4 new tokens
-    appended, two query heads per kv head, two splits): the append, split and merge kernels.
+    appended, two query heads per kv head, two splits): the append, split and merge kernels;
+    then the same cache in one split, whose split kernel writes the output itself (ONE_SPLIT).
     An 8-bit cache is read by fp16 queries with per-tensor descales."""
     import torch
 
@@ -200,9 +201,11 @@ def _kv_cache_call(call: dict, cache_dtype) -> None:
     k_cache, v_cache = (torch.randn(4, 16, 1, dim).to(cache_dtype) for _ in range(2))
     k_new, v_new = (torch.randn(1, 4, 1, dim).to(cache_dtype) for _ in range(2))
     descales = dict(k_descale=0.5, v_descale=0.5) if eight_bit else {}
-    kernels.kv_cache_attention(q, k_cache, v_cache, torch.tensor([36], dtype=torch.int32),
-                               block_table=torch.tensor([[2, 0, 3, 1]], dtype=torch.int32), k_new=k_new, v_new=v_new,
-                               causal=call["causal"], num_splits=2, **descales)
+    table = torch.tensor([[2, 0, 3, 1]], dtype=torch.int32)
+    kernels.kv_cache_attention(q, k_cache, v_cache, torch.tensor([36], dtype=torch.int32), block_table=table,
+                               k_new=k_new, v_new=v_new, causal=call["causal"], num_splits=2, **descales)
+    kernels.kv_cache_attention(q, k_cache, v_cache, torch.tensor([40], dtype=torch.int32), block_table=table,
+                               causal=call["causal"], num_splits=1, **descales)
 
 
 # triton 3.2 links AMD code objects with ROCm's ld.lld (later releases link in-process).
