@@ -51,9 +51,9 @@ def parse_cell(text: str) -> decode.Cell:
 def probe(cell: decode.Cell, splits=SPLITS, peers=()) -> list[dict]:
     tensors = decode.problem(cell)
 
-    def call(config, splits):
-        """The benchmark's unchecked bundled call, under `config` (None: the table's)."""
-        bundled = decode._bundled(cell, tensors, check_values=False, num_splits=splits)
+    def call(config, count):
+        """The benchmark's unchecked bundled call in `count` splits, under `config` (None: the table's)."""
+        bundled = decode._bundled(cell, tensors, check_values=False, num_splits=count)
         if config is None:
             return bundled
 

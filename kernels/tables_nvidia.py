@@ -160,13 +160,14 @@ HOPPER_LAUNCH = {
     ),
     # kv_cache_attention's split kernel, which streams a cache once and is bound by memory
     # bandwidth: benchmarks/decode_probe.py on an H100 (bf16 and fp16, pages of 16 and 64,
-    # the split heuristic's counts, 24 cells of 64 MiB to 16 GiB; share of the device's copy
-    # bandwidth; reports/h100-sm90/kv-cache/decode-tiles-a6624e3/).  Few warps and long key
+    # the split heuristic's counts, 24 cells of 256 MiB to 4 GiB; share of the device's copy
+    # bandwidth; reports/h100-sm90/kv-cache/decode-tiles-a6624e3/).  Four warps, and long key
     # tiles: D = 128, 128 keys, 4 warps, 2 stages (geometric mean 0.997 of each cell's best
-    # configuration, worst 0.983; the forward's 64-key tile with 8 warps and 3 stages it
+    # configuration, worst 0.983; the forward's 128-key tile with 8 warps and 3 stages it
     # borrowed: 0.92, worst 0.78, at B 128 with one split); D = 64, 128 keys, 4 warps, 3
-    # stages (0.99 against 0.77); D = 256, 64 keys, 4 warps, 2 stages (the best in all three
-    # cells, against 0.91).  The probe's row tile was 16 (a decode step's rows, kernels.
+    # stages (0.99 against 0.77 for the forward's 64 keys, 8 warps); D = 256, 64 keys, 4
+    # warps, 2 stages (the best in all three cells, against 0.91 for the forward's 32 keys,
+    # 8 warps).  The probe's row tile was 16 (a decode step's rows, kernels.
     # decode_plan.row_tile); the 64 (32 at D = 256) here only holds more query tokens x heads
     # of one kv head in a tile, so that one read of the cache serves them.  fp32 keeps the
     # forward's fp32 tiles, which fit its twice-as-large K and V.

@@ -37,7 +37,7 @@ KERNELS = ("fwd", "bwd_preprocess", "bwd_dkdv", "bwd_dq", "total")
 # per key more, and no descriptors: the forward's tiles, fitted to each family's shared
 # memory and registers, fit it too.  Its merge reads [rows, D] fp32 tiles and sums them, as
 # the delta pre-pass does.  Hopper's set has split tables of its own (kernels.tables_nvidia:
-# a bandwidth-bound stream wants fewer warps and longer key tiles than the forward).
+# a bandwidth-bound stream wants fewer warps than the forward, and at D 64 and 256 longer key tiles).
 BORROWED = {"decode_split": "fwd", "decode_merge": "bwd_preprocess"}
 
 # Iluvatar CoreX (64-wide warps, limits unpublished): untuned, Ampere's tiles with half the

@@ -38,8 +38,9 @@ _PREPROCESS = dict(block_m=(32, 64, 128), block_n=(64,), num_warps=(4,), num_sta
 # kv_cache_attention's merge: rows per program (no key tile: block_n is not read) and the
 # warps of the pre-pass tables it borrows (kernels.tuning.BORROWED), 8 on RDNA; every family.
 _MERGE = dict(block_m=(16, 32, 64, 128), block_n=(64,), num_warps=(4, 8), num_stages=(1,))
-# kv_cache_attention's split kernel in half precision on NVIDIA and CDNA: a decode step has few
-# rows per kv head (kernels.decode_plan.row_tile), so row tiles down to 16 as well.
+# kv_cache_attention's split kernel in half precision (the families _HALF serves: NVIDIA, CDNA,
+# CoreX): a decode step has few rows per kv head (kernels.decode_plan.row_tile), so row tiles
+# down to 16 as well.
 _DECODE_ROWS = (16, 32, 64, 128)
 # RDNA (32-wide waves, 256 VGPRs per work-item): the tiles its tables choose among
 # (kernels.tables_amd: the forward's 128x64 at small head dims down to 16x16 where the

@@ -84,21 +84,21 @@ def finish(check: PendingCheck) -> None:
 
 
 def _host_buffer(device: torch.device, batch: int) -> tuple[torch.Tensor, torch.Event]:
-    """This thread's pinned (batch,) int32 buffer and event for `device`: views of one buffer per
-    device, as long as the largest batch seen, kept by (device, batch)."""
+    """This thread's pinned (batch,) int32 buffer and event for `device`: a view of one buffer
+    per device, as long as the largest batch seen; a larger batch replaces that device's
+    buffer and its views (kept by batch), no other device's."""
     kept = getattr(_per_thread, "buffers", None)
     if kept is None:
         kept = _per_thread.buffers = {}
-    answer = kept.get((device.index, batch))
-    if answer is None:
-        buffer, event = kept.get(device.index, (None, None))
+    buffer, event, views = kept.get(device.index, (None, None, {}))
+    view = views.get(batch)
+    if view is None:
         if buffer is None or buffer.numel() < batch:
             buffer = torch.empty(max(batch, 64), dtype=torch.int32, pin_memory=True)
             # torch.Event, not torch.cuda.Event: its record() finds the current stream in C++,
             # where torch.cuda.Event's asks torch.cuda.current_stream() (~13 us on the H100 machines).
             event = event or torch.Event(device)
-            for key in [key for key in kept if isinstance(key, tuple) and key[0] == device.index]:
-                del kept[key]  # this device's views of its smaller buffer go with it
-            kept[device.index] = (buffer, event)
-        answer = kept[(device.index, batch)] = (buffer[:batch], event)
-    return answer
+            views = {}
+            kept[device.index] = (buffer, event, views)
+        view = views[batch] = buffer[:batch]
+    return view, event
