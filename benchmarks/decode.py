@@ -17,6 +17,13 @@ Every implementation gets the same cache contents in its own layout:
     flex           torch's FlexAttention, compiled, on the dense cache (a causal block mask
                    built once per cell, outside the timed calls)
 
+Two timings (`TIMINGS`, one per run): "eager" times each Python call between CUDA events, host
+work included where the GPU outruns it (small cells); "graph" captures the calls in a CUDA graph
+and times its replay, as a serving loop runs its decode steps: the kernels' own time. A cell
+whose cache is under ROTATION_BYTES is measured over several copies of it, each call reading
+the next: calls that read one small cache again and again read it from L2 (50 MB on an H100),
+while a serving loop's consecutive calls read different layers' caches from HBM.
+
 Bandwidth = cache bytes (2 · B · context · Hkv · D · element size) / median time. The copy
 bandwidth is a device-to-device copy of COPY_BYTES, counting bytes read and written (a copy
 moves each byte across HBM twice, a decode kernel once), timed before and after the grid.
@@ -51,6 +58,9 @@ COPY_BYTES = 2 << 30
 LARGE_READ_BYTES = 256 << 20
 COPY_SHARE_GOAL = 0.8
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+TIMINGS = ("eager", "graph")
+ROTATION_BYTES = 256 << 20  # >= 5x an H100's L2: copies of a small cache read in turn come from HBM
+MAX_COPIES = 64
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,11 @@ class Cell:
         return f"{self.dtype} page{self.page_size} Sq{self.seq_q} B{self.batch} ctx{self.context}"
 
 
+def copies_for(cell: Cell) -> int:
+    """How many copies of the cell's cache its calls read in turn (see ROTATION_BYTES)."""
+    return max(1, min(MAX_COPIES, math.ceil(ROTATION_BYTES / cell.cache_bytes)))
+
+
 def cells(dtypes, page_sizes, seq_qs, batches, contexts) -> list[Cell]:
     return [Cell(*values) for values in itertools.product(dtypes, page_sizes, seq_qs, batches, contexts)]
 
@@ -95,16 +110,19 @@ RESERVE_BYTES = 1 << 30  # kept free for outputs, scratch and workspaces
 DENSE_COPY_PEAK = 1.6
 
 
-def skip_reason(cell: Cell, name: str, free_bytes: int, has_copy: bool = False) -> str | None:
+def skip_reason(cell: Cell, name: str, free_bytes: int, has_copy: bool = False, timing_mode: str = "eager") -> str | None:
     """Why `name` is not measured on `cell`, or None, with `free_bytes` free right before its
-    inputs are built: "cache" is the paged cache itself, which every implementation reads; each
-    peer needs a copy of it in its own layout (head-major pages, or the dense copy the dense
-    peers share: `has_copy` once made)."""
+    inputs are built: "cache" is the paged cache itself (all its rotating copies), which every
+    implementation reads; each peer needs a copy of it in its own layout (head-major pages, or
+    the dense copy the dense peers share: `has_copy` once made)."""
     if name == "flag_paged" and cell.seq_q != 1:
         return "paged_attention takes one token per sequence"
+    if name == "bundled" and timing_mode == "graph":
+        return ("its value checks read cache_seqlens and the block table back to the host, which CUDA graph "
+                "capture refuses: bundled_unchecked is the call a graph holds")
     copies = 0 if name in BUNDLED or has_copy else 1
     growth = DENSE_COPY_PEAK if name in DENSE_PEERS else 1.1
-    needed = cell.cache_bytes * copies * growth + RESERVE_BYTES
+    needed = cell.cache_bytes * copies_for(cell) * copies * growth + RESERVE_BYTES
     if needed > free_bytes:
         what = "the paged cache" if name == "cache" else "a copy of the cache" if copies else "outputs"
         return f"{what} needs {needed / 2**30:.1f} GiB of {free_bytes / 2**30:.1f} GiB free"
@@ -202,30 +220,46 @@ def copy_bandwidth(policy: timing.RepetitionPolicy, nbytes: int = COPY_BYTES) ->
     return 2 * nbytes / (result[0] / 1e3)
 
 
-def measure_cell(cell: Cell, names, policy: timing.RepetitionPolicy) -> list[dict]:
-    """One results line per implementation: its median time and bandwidth, or why not."""
-    lines = {name: {"impl": name, **asdict(cell), "cache_bytes": cell.cache_bytes} for name in names}
+def _timed_callable(calls: list, timing_mode: str):
+    """What one timed sample runs: the next copy's call (eager), or one replay of a graph holding
+    every copy's call (graph); either way a sample's time / len(calls) is one call's in the mean."""
+    if timing_mode == "graph":
+        return timing.graph_replay(calls)
+    turn = itertools.cycle(calls)
+    return lambda: next(turn)()
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def measure_cell(cell: Cell, names, policy: timing.RepetitionPolicy, timing_mode: str = "eager") -> list[dict]:
+    """One results line per implementation: its median time per call and bandwidth, or why not."""
+    copies = copies_for(cell)
+    lines = {name: {"impl": name, **asdict(cell), "cache_bytes": cell.cache_bytes, "timing": timing_mode,
+                    "cache_copies": copies} for name in names}
     no_cache = skip_reason(cell, "cache", torch.cuda.mem_get_info()[0])
     if no_cache:
         return [{**line, "skip": no_cache} for line in lines.values()]
-    tensors = problem(cell)
-    calls = {}
+    problems = [problem(cell, seed=seed) for seed in range(copies)]
+    timed = {}
     for name in names:
-        reason = skip_reason(cell, name, torch.cuda.mem_get_info()[0],
-                             has_copy=name in DENSE_PEERS and tensors.dense_copy is not None)
+        reason = skip_reason(cell, name, torch.cuda.mem_get_info()[0], timing_mode=timing_mode,
+                             has_copy=name in DENSE_PEERS and problems[0].dense_copy is not None)
         if reason:
             lines[name]["skip"] = reason
             continue
         try:
-            calls[name] = _BUILDERS[name](cell, tensors)
-        except Exception as exc:  # noqa: BLE001 -- a peer that is not installed or refuses: recorded
-            lines[name]["error"] = f"{type(exc).__name__}: {exc}"[:300]
-    for name, result in timing.interleaved_medians(calls, policy).items():
+            timed[name] = _timed_callable([_BUILDERS[name](cell, tensors) for tensors in problems], timing_mode)
+        except Exception as exc:  # noqa: BLE001 -- a peer that is not installed, refuses or cannot be captured
+            lines[name]["error"] = _error_text(exc)
+    per_sample = copies if timing_mode == "graph" else 1
+    for name, result in timing.interleaved_medians(timed, policy).items():
         if isinstance(result, BaseException):
-            lines[name]["error"] = f"{type(result).__name__}: {result}"[:300]
+            lines[name]["error"] = _error_text(result)
         else:
-            lines[name].update(ms=result[0], samples=len(result[1]),
-                               bandwidth=cell.cache_bytes / (result[0] / 1e3))
-    del tensors
+            ms = result[0] / per_sample
+            lines[name].update(ms=ms, samples=len(result[1]), bandwidth=cell.cache_bytes / (ms / 1e3))
+    del problems, timed  # a graph's memory pool is freed with its replay callable
     torch.cuda.empty_cache()
     return list(lines.values())

@@ -1,7 +1,7 @@
 """KV-cache decoding: bundled kv_cache_attention against FlagAttention and FlexAttention, in bytes per second.
 
     python benchmarks/decode_benchmark.py [--quick] [--out DIR] [--impls bundled,flag_paged,...]
-                                          [--flag-attention DIR]
+                                          [--timing graph|eager] [--flag-attention DIR]
     python benchmarks/decode_benchmark.py --render DIR     # re-render DIR's report (no GPU)
 
 What is measured and how: benchmarks/decode.py. Writes DIR (default
@@ -33,6 +33,10 @@ EXIT_NO_GPU = EXIT_USAGE = flash_benchmark.EXIT_NO_GPU
 BENCHMARK_FILE, MARKDOWN_FILE, PLOT_FILE = "benchmark.jsonl", "benchmark.md", "benchmark.svg"
 COLORS = {"bundled": "#d62728", "bundled_unchecked": "#8c564b", "flag_paged": "#2ca02c", "flag_split_kv": "#9467bd",
           "flex": "#ff7f0e"}
+TIMING_TEXT = {
+    "graph": "each implementation's calls replayed from a CUDA graph (its kernels' own time, as a serving "
+             "loop replays a decode step); small caches read as several copies in turn, so reads come from HBM.",
+    "eager": "each Python call between CUDA events (host work counted where the GPU outruns it)."}
 BATCH_DASHES = {"B1": "2 3", "B8": "", "B32": "6 4", "B128": "10 3 2 3"}
 
 
@@ -46,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtypes", metavar="LIST", help="comma-separated: only these of the grid's dtypes")
     parser.add_argument("--impls", default=",".join(decode.IMPLEMENTATIONS), metavar="LIST",
                         help=f"comma-separated, of {', '.join(decode.IMPLEMENTATIONS)}")
+    parser.add_argument("--timing", choices=decode.TIMINGS, default="graph",
+                        help="graph (default): each implementation's calls replayed from a CUDA graph, as a serving "
+                             "loop runs them -- the kernels' own time; eager: each Python call timed, host work "
+                             "included where the GPU outruns it. One per run folder")
     parser.add_argument("--flag-attention", type=pathlib.Path, metavar="DIR",
                         help="a folder holding FlagAttention's `flag_attn` package (e.g. a clone's src/)")
     parser.add_argument("--budget", type=float, metavar="SECONDS",
@@ -143,12 +151,14 @@ def goals(lines: list[dict], copy: float | None) -> list[str]:
 def markdown(env: dict, lines: list[dict]) -> str:
     copy = _copy(env)
     readings = env.get("benchmark", {}).get("copy_bandwidth") or []
+    timing_mode = env.get("benchmark", {}).get("timing_mode", "eager")
     parts = ["# KV-cache decoding benchmark", "",
              f"Device: {env.get('device', '?')}; torch {env.get('torch', '?')}, triton {env.get('triton', '?')}; "
              f"harness {env.get('harness', {}).get('revision', '?') if isinstance(env.get('harness'), dict) else env.get('harness', '?')}.",
              "", "Copy bandwidth (device-to-device, read + written): "
              + (", ".join(f"{r / 1e9:.0f} GB/s" for r in readings) or "not measured")
              + "; cells show GB/s of K and V read (share of the best copy reading).", "",
+             f"Timing: {timing_mode} -- {TIMING_TEXT[timing_mode]}", "",
              "## Goals", "", *goals(lines, copy), "", f"![bandwidth against context]({PLOT_FILE})", ""]
     for (dtype, page, seq_q), panel in sorted(_panels(lines).items()):
         header, rows = panel_table(panel, copy)
@@ -205,7 +215,7 @@ def _missing(out: pathlib.Path, cell_list, names) -> list[tuple]:
 
 
 def run_decode(out: pathlib.Path, cell_list, names, quick: bool, budget_s: float | None = None,
-               only: str | None = None) -> pathlib.Path:
+               only: str | None = None, timing_mode: str = "graph") -> pathlib.Path:
     """Measure every cell not yet in out/benchmark.jsonl into it (written as measured), until
     `budget_s` seconds have passed (the rest is left for a later run on the same folder), or only
     the cell labelled `only` (`supervise`, after a crash); env.json keeps every copy bandwidth
@@ -214,10 +224,16 @@ def run_decode(out: pathlib.Path, cell_list, names, quick: bool, budget_s: float
 
     out.mkdir(parents=True, exist_ok=True)
     policy = decode.POLICY
-    earlier = read_env(out).get("benchmark", {}).get("copy_bandwidth", []) if (out / "env.json").exists() else []
+    earlier_method = read_env(out).get("benchmark", {}) if (out / "env.json").exists() else {}
+    if earlier_method and earlier_method.get("timing_mode", "eager") != timing_mode:
+        raise SystemExit(f"decode benchmark: {out} holds a run timed {earlier_method.get('timing_mode', 'eager')!r}; "
+                         f"--timing {timing_mode} needs another --out")
+    earlier = earlier_method.get("copy_bandwidth", [])
     copies = [*earlier, decode.copy_bandwidth(policy)]
     method = {"bandwidth": "K and V bytes of every context / median time (benchmarks/decode.py)",
-              "copy_bandwidth": copies,
+              "copy_bandwidth": copies, "timing_mode": timing_mode,
+              "cache_copies": f"caches under {decode.ROTATION_BYTES >> 20} MiB read as up to {decode.MAX_COPIES} "
+                              "copies in turn (benchmarks/decode.py: copies_for)",
               "dense_peers": f"{', '.join(decode.DENSE_PEERS)} measured at pages of {cell_list[0].page_size} "
                              "only (they read a dense copy), compared with every page size"}
     measured = {name: name for name in names}
@@ -230,7 +246,7 @@ def run_decode(out: pathlib.Path, cell_list, names, quick: bool, budget_s: float
             if budget_s is not None and time.monotonic() - started > budget_s:
                 print(f"budget of {budget_s:.0f} s spent: {len(todo) - index} cells left for a resumed run", flush=True)
                 break
-            for line in decode.measure_cell(cell, lacking, policy):
+            for line in decode.measure_cell(cell, lacking, policy, timing_mode):
                 results.write(json.dumps({**line, **note}) + "\n")
                 results.flush()
             print(f"[{time.monotonic() - started:6.0f} s] {cell.label}", flush=True)
@@ -243,7 +259,7 @@ def _worker(args, out: pathlib.Path, names: list[str], budget_s: float | None = 
     """This script in a child process measuring into `out` (stdout passed through, stderr kept)."""
     command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", "--out", str(out), "--impls", ",".join(names),
                *(["--quick"] if args.quick else []), *(["--only", args.only] if args.only else []),
-               *(["--dtypes", args.dtypes] if args.dtypes else []),
+               *(["--dtypes", args.dtypes] if args.dtypes else []), "--timing", args.timing,
                *(["--flag-attention", str(args.flag_attention)] if args.flag_attention else []),
                *(["--budget", f"{budget_s:.0f}"] if budget_s is not None else [])]
     child = subprocess.run(command, stderr=subprocess.PIPE, text=True)
@@ -325,7 +341,7 @@ def main(argv=None) -> int:
         return 0
     if args.flag_attention:
         sys.path.insert(0, str(args.flag_attention.resolve()))
-    run_decode(out, cell_list, args.impls.split(","), args.quick, args.budget, args.only)
+    run_decode(out, cell_list, args.impls.split(","), args.quick, args.budget, args.only, args.timing)
     return 0
 
 

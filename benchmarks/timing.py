@@ -15,6 +15,10 @@ always timed straight after its compilation, read 5-10 % faster than when it too
 same way; this loop also returns the samples and bounds the repetitions, which keeps the
 whole grid within minutes.)
 
+`graph_replay(calls)`: the calls captured once each, in order, in one CUDA graph, and a
+callable replaying it -- how a serving loop runs a decode step, with no Python or launch
+overhead between kernels.  Time a replay and divide by len(calls).
+
 `peak_bytes(call)`: torch.cuda.max_memory_allocated() after one call minus
 memory_allocated() before it (peak statistics reset first): the extra memory the
 call needs at its peak, outputs and workspaces included, inputs excluded.
@@ -89,6 +93,27 @@ def interleaved_medians(calls: dict, policy: RepetitionPolicy) -> dict:
                 results[name] = exc
     return {name: samples if isinstance(samples, BaseException) else (statistics.median(samples), samples)
             for name, samples in results.items()}
+
+
+def graph_replay(calls: list, warmups: int = 2):
+    """A callable replaying `calls` (each once, in order) from one CUDA graph.
+
+    Each call first runs `warmups` times on a side stream, as capture wants it: compilation,
+    autotuning, allocator growth and any host-side memo happen there, not in the graph.  The
+    tensors a call returns during capture live in the graph's private memory pool, which the
+    graph keeps until it is freed (drop the callable)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for call in calls:
+            for _ in range(warmups):
+                call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    return graph.replay
 
 
 def peak_bytes(call) -> int:

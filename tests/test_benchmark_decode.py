@@ -127,3 +127,32 @@ def test_env_json_names_the_supervising_command_not_its_child_s(tmp_path, monkey
     monkeypatch.setattr("sys.argv", ["benchmarks/decode_benchmark.py", "--budget", "270"])
     decode_benchmark._record_command(tmp_path)
     assert json.loads((tmp_path / "env.json").read_text())["command"].endswith("decode_benchmark.py --budget 270")
+
+
+def test_small_caches_are_read_as_copies_in_turn_so_reads_come_from_hbm_not_l2():
+    small, large = decode.Cell("bf16", 16, 1, 1, 1024), decode.Cell("bf16", 16, 1, 8, 32768)
+    assert decode.copies_for(small) == decode.MAX_COPIES  # 4 MiB: 64 copies, 256 MiB in all
+    assert decode.copies_for(decode.Cell("bf16", 16, 1, 1, 4096)) * 16 << 20 == decode.ROTATION_BYTES
+    assert decode.copies_for(large) == 1
+    # the copies count against the memory a cell needs
+    assert "the paged cache needs" in decode.skip_reason(small, "cache", free_bytes=1 << 30)
+
+
+def test_a_graphed_run_skips_the_checked_call_and_says_why():
+    cell = decode.Cell("bf16", 16, 1, 8, 4096)
+    assert "CUDA graph capture refuses" in decode.skip_reason(cell, "bundled", 1 << 40, timing_mode="graph")
+    assert decode.skip_reason(cell, "bundled_unchecked", 1 << 40, timing_mode="graph") is None
+    assert decode.skip_reason(cell, "bundled", 1 << 40, timing_mode="eager") is None
+
+
+def test_the_report_names_its_timing_and_a_run_folder_keeps_one(tmp_path):
+    lines = [_line("bundled_unchecked", 2.6e12, timing="graph")]
+    env = {"device": "a GPU", "benchmark": {"copy_bandwidth": [3.0e12], "timing_mode": "graph"}}
+    (tmp_path / "env.json").write_text(json.dumps(env))
+    (tmp_path / decode_benchmark.BENCHMARK_FILE).write_text(json.dumps(lines[0]) + "\n")
+    assert decode_benchmark.main(["--render", str(tmp_path)]) == 0
+    assert "Timing: graph -- each implementation's calls replayed from a CUDA graph" in (
+        tmp_path / decode_benchmark.MARKDOWN_FILE).read_text()
+    with pytest.raises(SystemExit, match="timed 'graph'; --timing eager needs another --out"):
+        decode_benchmark.run_decode(tmp_path, [], [], quick=True, timing_mode="eager")
+    assert decode_benchmark.parse_args([]).timing == "graph"
