@@ -31,7 +31,8 @@ from conformance.running.results import read_env, read_json_lines  # noqa: E402
 
 EXIT_NO_GPU = EXIT_USAGE = flash_benchmark.EXIT_NO_GPU
 BENCHMARK_FILE, MARKDOWN_FILE, PLOT_FILE = "benchmark.jsonl", "benchmark.md", "benchmark.svg"
-COLORS = {"bundled": "#d62728", "bundled_unchecked": "#8c564b", "flag_paged": "#2ca02c", "flag_split_kv": "#9467bd",
+COLORS = {"bundled": "#d62728", "bundled_unchecked": "#8c564b", "bundled_contiguous": "#e377c2",
+          "flag_paged": "#2ca02c", "flag_split_kv": "#9467bd",
           "flex": "#ff7f0e"}
 TIMING_TEXT = {
     "graph": "each implementation's calls replayed from a CUDA graph (its kernels' own time, as a serving "
@@ -82,13 +83,13 @@ def parse_args(argv):
 def _panels(lines: list[dict]) -> dict:
     """(dtype, page size, Sq) -> its lines; a dense peer's line (measured at one page size) in
     every page size's panel, beside the bundled kernel it is compared with."""
-    from conformance.bundled.benchmarks.decode import DENSE_PEERS
+    from conformance.bundled.benchmarks.decode import CONTIGUOUS
 
-    page_sizes = sorted({line["page_size"] for line in lines if line["impl"] not in DENSE_PEERS}
+    page_sizes = sorted({line["page_size"] for line in lines if line["impl"] not in CONTIGUOUS}
                         or {line["page_size"] for line in lines})
     panels = {}
     for line in lines:
-        shown_at = page_sizes if line["impl"] in DENSE_PEERS else [line["page_size"]]
+        shown_at = page_sizes if line["impl"] in CONTIGUOUS else [line["page_size"]]
         for page in shown_at:
             panels.setdefault((line["dtype"], page, line["seq_q"]), []).append(line)
     return panels
@@ -123,7 +124,7 @@ def panel_table(lines: list[dict], copy: float | None) -> tuple[list[str], list[
 def goals(lines: list[dict], copy: float | None) -> list[str]:
     """Issue 34's goals, cell by cell, for each bundled variant measured: >= 80 % of the copy
     bandwidth past 256 MB read, and >= 1.0x each peer measured on the same cell."""
-    from conformance.bundled.benchmarks.decode import BUNDLED, COPY_SHARE_GOAL, LARGE_READ_BYTES, PEERS, comparison_key
+    from conformance.bundled.benchmarks.decode import BUNDLED, COMPARED, COPY_SHARE_GOAL, LARGE_READ_BYTES, comparison_key
 
     text = []
     for variant in BUNDLED:
@@ -134,7 +135,7 @@ def goals(lines: list[dict], copy: float | None) -> list[str]:
         met = [l for l in large if copy and l["bandwidth"] >= COPY_SHARE_GOAL * copy]
         text.append(f"- {variant} >= {COPY_SHARE_GOAL:.0%} of the copy bandwidth where the cache read exceeds 256 MB: "
                     f"{len(met)} of {len(large)} cells" + ("" if copy else " (no copy bandwidth recorded)"))
-        for peer in PEERS:
+        for peer in COMPARED[variant]:
             theirs_by_key = {comparison_key(l): l for l in lines if l["impl"] == peer and "bandwidth" in l}
             pairs = [(ours, theirs_by_key[key]) for ours in ours_lines
                      for key in [comparison_key({**ours, "impl": peer})] if key in theirs_by_key]
@@ -234,8 +235,8 @@ def run_decode(out: pathlib.Path, cell_list, names, quick: bool, budget_s: float
               "copy_bandwidth": copies, "timing_mode": timing_mode,
               "cache_copies": f"caches under {decode.ROTATION_BYTES >> 20} MiB read as up to {decode.MAX_COPIES} "
                               "copies in turn (benchmarks/decode.py: copies_for)",
-              "dense_peers": f"{', '.join(decode.DENSE_PEERS)} measured at pages of {cell_list[0].page_size} "
-                             "only (they read a dense copy), compared with every page size"}
+              "dense_peers": f"{', '.join(decode.CONTIGUOUS)} measured at pages of {cell_list[0].page_size} "
+                             "only (they read a contiguous copy), compared with every page size"}
     measured = {name: name for name in names}
     run.write_environment(out, quick, policy, measured, method)
     started = time.monotonic()

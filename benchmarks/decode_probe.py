@@ -6,11 +6,13 @@ kv_cache_attention unchecked under every (BLOCK_N, num_warps, num_stages) of the
 (kernels.tuning.OVERRIDES["decode_split"]; BLOCK_M stays the plan's row tile) and every split
 count (0: the heuristic), all interleaved per cell (benchmarks.timing), and any peers of the
 decoding benchmark named by --peers (e.g. flag_paged, with FlagAttention's src on PYTHONPATH)
-in the same rounds.  Prints the best per cell and the heuristic's share of it; JSON lines
-with --out.  A cell is dtype:page:seq_q:batch:context[:head_dim] (head dim 128 if left out).
+in the same rounds, each timed as the benchmark's --timing says (graph, the default: calls
+replayed from a CUDA graph over the cell's rotating cache copies; eager: Python calls).  Prints
+the best per cell and the heuristic's share of it; JSON lines with --out.  A cell is dtype:page:seq_q:batch:context[:head_dim] (head dim 128 if left out).
 
     python benchmarks/decode_probe.py [--cells bf16:16:1:1:131072,...] [--splits 0,16,...]
-                                      [--peers flag_paged] [--out FILE]
+                                      [--peers flag_paged] [--configs 64x4x2,...] [--timing eager]
+                                      [--out FILE]
 """
 
 from __future__ import annotations
@@ -48,10 +50,19 @@ def parse_cell(text: str) -> decode.Cell:
     return decode.Cell(dtype, page, seq_q, batch, context, head_dim=head_dim[0] if head_dim else 128)
 
 
-def probe(cell: decode.Cell, splits=SPLITS, peers=()) -> list[dict]:
-    tensors = decode.problem(cell)
+def parse_config(text: str) -> LaunchConfig:
+    block_n, warps, stages = map(int, text.split("x"))
+    return LaunchConfig(16, block_n, num_warps=warps, num_stages=stages)
 
-    def call(config, count):
+
+def probe(cell: decode.Cell, splits=SPLITS, peers=(), configs=CONFIGS, timing_mode="graph") -> list[dict]:
+    problems = [decode.problem(cell, seed=seed) for seed in range(decode.copies_for(cell))]
+
+    def timed(build):
+        """What one sample runs: `build(tensors)`'s call over every copy (decode._timed_callable)."""
+        return decode._timed_callable([build(tensors) for tensors in problems], timing_mode)
+
+    def call(config, count, tensors):
         """The benchmark's unchecked bundled call in `count` splits, under `config` (None: the table's)."""
         bundled = decode._bundled(cell, tensors, check_values=False, num_splits=count)
         if config is None:
@@ -65,20 +76,23 @@ def probe(cell: decode.Cell, splits=SPLITS, peers=()) -> list[dict]:
                 tuning.OVERRIDES.pop("decode_split", None)
         return run
 
-    calls = {"table/0": call(None, 0)}
-    for config, count in itertools.product(CONFIGS, splits):
-        calls[f"{config.block_n}x{config.num_warps}w{config.num_stages}s/{count}"] = call(config, count)
+    calls = {"table/0": timed(lambda tensors: call(None, 0, tensors))}
+    for config, count in itertools.product(configs, splits):
+        calls[f"{config.block_n}x{config.num_warps}w{config.num_stages}s/{count}"] = timed(
+            lambda tensors: call(config, count, tensors))
     for peer in peers:
-        reason = decode.skip_reason(cell, peer, torch.cuda.mem_get_info()[0])
+        reason = decode.skip_reason(cell, peer, torch.cuda.mem_get_info()[0], timing_mode=timing_mode)
         if reason is None:
-            calls[peer] = decode._BUILDERS[peer](cell, tensors)
+            calls[peer] = timed(lambda tensors: decode._BUILDERS[peer](cell, tensors))
+    per_sample = len(problems) if timing_mode == "graph" else 1
     lines = []
     for name, result in timing.interleaved_medians(calls, POLICY).items():
         line = {"cell": cell.label, "variant": name, "cache_bytes": cell.cache_bytes}
         if isinstance(result, BaseException):
             line["error"] = f"{type(result).__name__}: {result}"[:200]
         else:
-            line.update(ms=result[0], bandwidth=cell.cache_bytes / (result[0] / 1e3))
+            ms = result[0] / per_sample
+            line.update(ms=ms, bandwidth=cell.cache_bytes / (ms / 1e3))
         lines.append(line)
     return lines  # the cell's tensors go with the calls that hold them
 
@@ -89,6 +103,8 @@ def main(argv=None) -> int:
     parser.add_argument("--splits", default=",".join(map(str, SPLITS)),
                         help="comma-separated split counts to try (0: the heuristic)")
     parser.add_argument("--peers", default="", help=f"comma-separated peers of the benchmark ({', '.join(decode.PEERS)})")
+    parser.add_argument("--configs", help="comma-separated BLOCK_Nxwarpsxstages (default: the probe's grid)")
+    parser.add_argument("--timing", choices=decode.TIMINGS, default="graph", help="as the benchmark's --timing")
     parser.add_argument("--out", type=pathlib.Path, help="JSON lines, one per (cell, variant)")
     args = parser.parse_args(argv)
     cells = [parse_cell(text) for text in args.cells.split(",")] if args.cells else DEFAULT_CELLS
@@ -97,7 +113,8 @@ def main(argv=None) -> int:
     copy = decode.copy_bandwidth(decode.POLICY)
     print(f"copy bandwidth {copy / 1e9:.0f} GB/s", flush=True)
     for cell in cells:
-        lines = probe(cell, splits, peers)
+        configs = [parse_config(text) for text in args.configs.split(",")] if args.configs else CONFIGS
+        lines = probe(cell, splits, peers, configs, args.timing)
         torch.cuda.empty_cache()
         if args.out:
             with args.out.open("a") as sink:

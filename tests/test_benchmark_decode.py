@@ -156,3 +156,17 @@ def test_the_report_names_its_timing_and_a_run_folder_keeps_one(tmp_path):
     with pytest.raises(SystemExit, match="timed 'graph'; --timing eager needs another --out"):
         decode_benchmark.run_decode(tmp_path, [], [], quick=True, timing_mode="eager")
     assert decode_benchmark.parse_args([]).timing == "graph"
+
+
+def test_the_contiguous_call_is_held_to_the_dense_peers_at_every_page_size(tmp_path):
+    assert decode.measured_on(decode.Cell("bf16", 64, 1, 8, 4096), ["bundled_contiguous", "flex"], 16) == []
+    lines = [_line("bundled_contiguous", 2.8e12), _line("flex", 2.5e12), _line("flag_paged", 2.0e12),
+             _line("bundled_unchecked", 2.4e12, page_size=64)]
+    (tmp_path / "env.json").write_text(json.dumps({"device": "a GPU", "benchmark": {"copy_bandwidth": [3.0e12]}}))
+    (tmp_path / decode_benchmark.BENCHMARK_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert decode_benchmark.main(["--render", str(tmp_path)]) == 0
+    text = (tmp_path / decode_benchmark.MARKDOWN_FILE).read_text()
+    assert "- bundled_contiguous >= 1.0x flex: 1 of 1 cells (ratio 1.12-1.12)" in text
+    assert "bundled_contiguous >= 1.0x flag_paged" not in text  # paged peers judge the paged calls
+    assert "- bundled_unchecked >= 1.0x flex: 0 of 1 cells (ratio 0.96-0.96)" in text
+    assert "## bf16, pages of 64, Sq 1" in text and text.count("2800 (93%)") == 2  # shown beside both page sizes
