@@ -25,20 +25,23 @@ from .targets import Target
 from .tuning import launch_config
 from .validation import DTYPE_NAMES
 
-# Programs the split heuristic aims at per processor (num_splits=0), rounded down: a decode step
-# is bound by memory bandwidth, and a program streams its key tiles one after another, so a
-# processor needs several programs' loads in flight -- one each read a 128k cache at 35 % of an
-# H100's copy bandwidth.  Measured on the H100 (benchmarks/decode_probe.py,
-# reports/h100-sm90/kv-cache/split-probe/: bf16, D 128, 8 kv heads, pages of 16 and 64, Sq 1
-# and 4; share of the copy bandwidth): 8 slices (B 1) x 64 splits 76-79 %, x 32 87-89 %;
-# 64 slices (B 8, 128k keys) x 9 splits 84-85 %, x 16 99-100 %, x 32 97-98 %; 256 slices
-# (B 32, 4k) x 3 splits 89-91 %, x 16 76-83 %; 1024 slices (B 128, 1k) x 1 86-90 %, x 16
-# 55-66 %.  Too few programs leave the last wave short (B 8 x 9 = 576 programs: 4.4 waves of
-# 132); more splits than the bandwidth needs cost the merge (it reads every split's partial
-# one after another) and per-program set-up.  8 per processor, rounded down, lands on the
-# best measured for B 1 (32), B 8 (16) and B 128 (1); B 32 gets 4 splits, which the probe did
-# not time (the benchmark at eba9200 read those cells at 83-89 %, reports/h100-sm90/kv-cache/).
-PROGRAMS_PER_PROCESSOR = 8
+# The split heuristic (num_splits=0).  A decode step is bound by memory bandwidth; its cost
+# beyond reading the cache is per split (each program's start: q's rows, the block table, the
+# first loads' latency; each split's partial written and read back by the merge, one launch
+# more) -- which a CUDA graph, as a serving loop replays a step, no longer hides behind host
+# time.  So: enough programs to keep every processor busy (FILL per processor), more (up to
+# DEEP per processor) only where each split still streams LONG_SPLIT_TILES key tiles or more,
+# and never a split of fewer than MIN_SPLIT_TILES tiles.  Fitted on the H100 (132 SMs), bf16,
+# D 128 (128-key tiles), 8 kv heads, graph-timed (benchmarks/decode_probe.py --timing graph,
+# reports/h100-sm90/kv-cache/split-probe-graph/; share of the copy bandwidth): B 1, 4k keys: 16
+# splits 30 %, 32 24 %; B 8, 4k: 4 splits 79 %, 16 66 %; B 32, 1k: 1 split 83 %, 4 73 %; B 8,
+# 1k: 4 splits 54 %, 8 45 %; B 128, 1k: 1 split 94 %.  Long caches want the deep end
+# (reports/h100-sm90/kv-cache/split-probe/: B 8 with 128k keys, 16 splits 99-100 % where 9
+# read 84-85 %; B 1 with 128k, 32 splits 87-89 %, 64 76-79 %).
+FILL_PROGRAMS_PER_PROCESSOR = 2
+DEEP_PROGRAMS_PER_PROCESSOR = 8
+LONG_SPLIT_TILES = 16
+MIN_SPLIT_TILES = 2
 # The most splits the heuristic picks: each split is one more program per (sequence, kv head),
 # with its own start (q's rows, the block table) and a [rows, D] fp32 partial that the merge
 # reads back one split after another: for B 1 on the H100, 32 splits read at 87-89 % of the
@@ -61,16 +64,18 @@ def processors(device: torch.device, on_device: bool) -> int:
 
 
 def split_count(requested: int, programs: int, capacity: int, block_n: int, available: int) -> int:
-    """The splits of every sequence's keys: `requested` where >= 1; else (0) as many as keep
-    the `programs` without splits, times the splits, within PROGRAMS_PER_PROCESSOR per
-    processor of the `available` ones (a memory-bound kernel needs several per processor to
-    draw the bandwidth), at most MAX_SPLITS and at most the key tiles of the cache's capacity
-    per sequence (a split of at least one tile where a sequence fills it; the lengths
-    themselves stay on the device), at least 1."""
+    """The splits of every sequence's keys: `requested` where >= 1; else (0) as many as bring
+    the `programs` without splits, times the splits, to FILL_PROGRAMS_PER_PROCESSOR per
+    processor of the `available` ones -- or up to DEEP_PROGRAMS_PER_PROCESSOR where each split
+    of the cache's capacity per sequence keeps LONG_SPLIT_TILES key tiles -- at most MAX_SPLITS,
+    each split at least MIN_SPLIT_TILES tiles of the capacity (the lengths themselves stay on
+    the device), at least 1.  See the constants for the measurements behind them."""
     if requested:
         return requested
-    wanted = PROGRAMS_PER_PROCESSOR * available // max(programs, 1)
-    return max(1, min(MAX_SPLITS, wanted, ceil_div(capacity, block_n)))
+    tiles = ceil_div(capacity, block_n)
+    fill = FILL_PROGRAMS_PER_PROCESSOR * available // max(programs, 1)
+    deep = min(DEEP_PROGRAMS_PER_PROCESSOR * available // max(programs, 1), tiles // LONG_SPLIT_TILES)
+    return max(1, min(MAX_SPLITS, max(fill, deep), tiles // MIN_SPLIT_TILES))
 
 
 def row_tile(rows: int, block_m: int) -> int:

@@ -237,25 +237,31 @@ def test_strided_inputs_are_read_in_place_and_the_grid_splits_over_sequences_x_k
 
 
 def test_the_split_heuristic_fills_the_processors_within_its_bounds():
-    waves = decode_plan.PROGRAMS_PER_PROCESSOR
+    fill, deep = decode_plan.FILL_PROGRAMS_PER_PROCESSOR, decode_plan.DEEP_PROGRAMS_PER_PROCESSOR
     assert decode_plan.split_count(5, 64, 4000, 64, 132) == 5  # forced
     assert decode_plan.split_count(0, 2, 1 << 20, 64, 132) == decode_plan.MAX_SPLITS  # capped
-    assert decode_plan.split_count(0, 64, 1 << 20, 64, 132) == waves * 132 // 64
-    assert decode_plan.split_count(0, 2, 40, 16, 8) == 3  # a split holds a key tile at least
-    assert decode_plan.split_count(0, waves * 132, 4096, 64, 132) == 1  # the programs fill the processors alone
-    assert decode_plan.split_count(0, waves * 132 - 1, 4096, 64, 132) == 1  # rounded down
+    assert decode_plan.split_count(0, 64, 1 << 20, 64, 132) == deep * 132 // 64  # long caches: deep
+    assert decode_plan.split_count(0, 64, 64 * 24, 64, 132) == fill * 132 // 64  # 24 tiles: no split of 16
+    assert decode_plan.split_count(0, 2, 40 * 16, 16, 64) == 20  # a split holds two key tiles at least
+    assert decode_plan.split_count(0, 2, 3 * 16, 16, 64) == 1
+    assert decode_plan.split_count(0, fill * 132, 1024, 64, 132) == 1  # the programs fill the processors alone
+    assert decode_plan.split_count(0, fill * 132 - 1, 1024, 64, 132) == 1  # rounded down
     assert decode_plan.split_count(0, 2, 0, 16, 8) == 1  # no key anywhere
 
 
-def test_the_heuristic_picks_the_split_counts_the_h100_probe_found_best():
-    """On an H100's 132 SMs, one row tile per (sequence, kv head), 8 kv heads: the split
-    counts benchmarks/decode_probe.py measured best (reports/h100-sm90/kv-cache/split-probe/)
-    -- B 1: 32 (64 read 10 points of the copy bandwidth slower); B 8: 16 (the old 9 left the
-    last wave short); B 128 with 1k keys: 1."""
-    assert decode_plan.split_count(0, 1 * 8, 131072, 64, 132) == 32
-    assert decode_plan.split_count(0, 8 * 8, 131072, 64, 132) == 16
-    assert decode_plan.split_count(0, 8 * 8, 16384, 64, 132) == 16
-    assert decode_plan.split_count(0, 128 * 8, 1024, 64, 132) == 1
+def test_the_heuristic_picks_the_split_counts_the_h100_probes_found_best():
+    """On an H100's 132 SMs, one row tile per (sequence, kv head), 8 kv heads, 128-key tiles
+    (D 128): the split counts benchmarks/decode_probe.py measured best, graph-timed
+    (reports/h100-sm90/kv-cache/split-probe-graph/) and for long caches
+    (reports/h100-sm90/kv-cache/split-probe/)."""
+    sms, tile = 132, 128
+    assert decode_plan.split_count(0, 1 * 8, 4096, tile, sms) == 16
+    assert decode_plan.split_count(0, 8 * 8, 4096, tile, sms) == 4
+    assert decode_plan.split_count(0, 8 * 8, 1024, tile, sms) == 4
+    assert decode_plan.split_count(0, 32 * 8, 1024, tile, sms) == 1
+    assert decode_plan.split_count(0, 128 * 8, 1024, tile, sms) == 1
+    assert decode_plan.split_count(0, 1 * 8, 131072, tile, sms) == 32
+    assert decode_plan.split_count(0, 8 * 8, 131072, tile, sms) == 16
 
 
 def test_a_launch_plan_is_made_once_per_signature_and_follows_the_tables(monkeypatch):
