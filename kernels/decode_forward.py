@@ -14,8 +14,8 @@ the call has one split, the finished output and lse, and no merge is launched: a
 fills the device without splits, and its merge only copied the scratch (2 MiB written and read
 back, one launch more, at B 128 with 1k keys).
 
-decode_merge_kernel: per (row tile, sequence x kv head), the log-sum-exp merge of the
-splits, m = max_s lse_s, w_s = exp(lse_s - m):
+decode_merge_kernel: per (row tile x head-dim chunk, sequence x kv head), the log-sum-exp
+merge of the splits, read many at once, m = max_s lse_s, w_s = exp(lse_s - m):
 
     out = sum_s w_s out_s / sum_s w_s,      lse = m + log(sum_s w_s)
 
@@ -29,10 +29,9 @@ import triton.language as tl
 from .bands import visible_pairs
 from .blocks import (
     LOG2_E,
+    below,
     causal_key_end,
     finished_rows,
-    load_row_stat,
-    load_tile,
     mma,
     narrow,
     online_softmax_weights,
@@ -219,6 +218,15 @@ def decode_split_kernel(
                 stride_lm, ONE_SPLIT, INTERPRETED)
 
 
+@triton.jit
+def split_lse_tile(PARTIAL_LSE, first_slot, splits, num_splits, rows, rows_total, stride_ls):
+    """[splits, rows] of the splits' log-normalizers; splits past num_splits and padding rows
+    read -inf (weight 0)."""
+    real = (splits < num_splits)[:, None] & (rows < rows_total)[None, :]
+    return tl.load(PARTIAL_LSE + (first_slot + splits)[:, None] * stride_ls + rows[None, :], mask=real,
+                   other=float("-inf"))
+
+
 @triton.jit(do_not_specialize=["kv_heads", "group_size", "seq_q", "num_splits", "first_batch_head"])
 def decode_merge_kernel(
     PARTIAL_OUT, PARTIAL_LSE, O, LSE,
@@ -227,28 +235,39 @@ def decode_merge_kernel(
     stride_lb, stride_lh, stride_lm,
     kv_heads, group_size, seq_q, head_dim, num_splits,
     first_batch_head,
-    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, INTERPRETED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, DIM_CHUNKS: tl.constexpr, SPLIT_BLOCK: tl.constexpr,
+    INTERPRETED: tl.constexpr,
 ):
+    """One (row tile, BLOCK_D columns of the head dim) of one (sequence, kv head).  The splits
+    are read SPLIT_BLOCK at a time as one [splits, rows, columns] tile, not one after another:
+    the loads are independent, and a loop over the splits waited a memory round trip for each
+    (graph-timed on the H100, about half of a B 1 step with 16 splits).  The head dim is cut
+    into DIM_CHUNKS programs to keep that tile in registers (kernels.decode_plan)."""
     block, batch_head, batch, kv_head, _ = program_coordinates(kv_heads, 1, first_batch_head)
-    rows, tokens, heads = group_rows(block * BLOCK_M, kv_head, group_size, BLOCK_M)
+    rows, tokens, heads = group_rows((block // DIM_CHUNKS) * BLOCK_M, kv_head, group_size, BLOCK_M)
+    dims = (block % DIM_CHUNKS) * BLOCK_D + tl.arange(0, BLOCK_D)
     rows_total = seq_q * group_size
-    dims = tl.arange(0, BLOCK_D)
     first_slot = batch_head.to(tl.int64) * num_splits
+    split_offsets = tl.arange(0, SPLIT_BLOCK)
 
     top = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
-    for split in range(0, num_splits):
-        top = tl.maximum(top, load_row_stat(PARTIAL_LSE + (first_slot + split) * stride_ls, rows, rows_total,
-                                            float("-inf")))
+    for first in range(0, num_splits, SPLIT_BLOCK):
+        split_lse = split_lse_tile(PARTIAL_LSE, first_slot, first + split_offsets, num_splits, rows, rows_total,
+                                   stride_ls)
+        top = tl.maximum(top, tl.max(split_lse, axis=0))
     safe_top = tl.where(top == float("-inf"), 0.0, top)  # every split empty: weights exp(-inf) = 0, no NaN
     total = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
-    for split in range(0, num_splits):
-        slot = first_slot + split
-        split_lse = load_row_stat(PARTIAL_LSE + slot * stride_ls, rows, rows_total, float("-inf"))
-        partial = load_tile(PARTIAL_OUT + slot * stride_ps, rows, dims, stride_pm, stride_pd, rows_total, head_dim)
-        weight = tl.exp(split_lse - safe_top)  # split s's share of the row's normalizer, relative to the largest
-        total += weight
-        acc += weight[:, None] * partial  # the rescale: each split's normalised output weighted by its share
+    for first in range(0, num_splits, SPLIT_BLOCK):
+        splits = first + split_offsets
+        split_lse = split_lse_tile(PARTIAL_LSE, first_slot, splits, num_splits, rows, rows_total, stride_ls)
+        weight = tl.exp(split_lse - safe_top[None, :])  # split s's share of the row's normalizer, relative to the largest
+        total += tl.sum(weight, axis=0)
+        real = ((splits < num_splits)[:, None, None] & (rows < rows_total)[None, :, None]
+                & below(dims, head_dim)[None, None, :])
+        partial = tl.load(PARTIAL_OUT + (first_slot + splits)[:, None, None] * stride_ps
+                          + rows[None, :, None] * stride_pm + dims[None, None, :] * stride_pd, mask=real, other=0.0)
+        acc += tl.sum(weight[:, :, None] * partial, axis=0)  # the rescale: each split's normalised output weighted by its share
     # finished_rows with scale 1: out = acc / total and lse = m + log(total), 0 and -inf where total is 0.
     out, lse = finished_rows(acc, top, total, 1.0)
     store_rows(O, LSE, out, lse, batch, rows, tokens, heads, dims, stride_ob, stride_om, stride_oh, stride_od,

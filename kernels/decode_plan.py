@@ -47,6 +47,11 @@ MIN_SPLIT_TILES = 2
 # reads back one split after another: for B 1 on the H100, 32 splits read at 87-89 % of the
 # copy bandwidth, 64 at 76-79 %, 128 at 65-68 % (the probe above).
 MAX_SPLITS = 32
+# The merge reads up to MERGE_SPLIT_BLOCK splits' partials as one [splits, rows, columns] fp32
+# tile of at most MERGE_TILE_ELEMENTS (32 KiB: 64 registers a thread at 4 warps), cutting the
+# head dim into as many programs as that takes (kernels.decode_forward.decode_merge_kernel).
+MERGE_SPLIT_BLOCK = 16
+MERGE_TILE_ELEMENTS = 8192
 # The processors the heuristic fills where no GPU answers: Triton's CPU interpreter (a
 # stand-in that still gives a small batch several splits, so that path is the one tested)
 # and compile-only launches (CPU tensors standing in for a GPU's).
@@ -78,6 +83,14 @@ def split_count(requested: int, programs: int, capacity: int, block_n: int, avai
     return max(1, min(MAX_SPLITS, max(fill, deep), tiles // MIN_SPLIT_TILES))
 
 
+def merge_tiles(splits: int, block_m: int, block_d: int) -> dict[str, int]:
+    """The merge's SPLIT_BLOCK, BLOCK_D (head-dim columns per program) and DIM_CHUNKS for
+    `splits` splits of `block_m`-row tiles, head dim padded to `block_d`: every power of two."""
+    split_block = min(next_power_of_2(splits), MERGE_SPLIT_BLOCK)
+    columns = max(16, min(block_d, MERGE_TILE_ELEMENTS // (split_block * block_m)))
+    return {"SPLIT_BLOCK": split_block, "BLOCK_D": columns, "DIM_CHUNKS": block_d // columns}
+
+
 def row_tile(rows: int, block_m: int) -> int:
     """BLOCK_M of a program: the table's, or fewer where a (sequence, kv head) has fewer rows
     (a power of two >= 16, tl.dot's least); a smaller tile never takes more shared memory or
@@ -91,7 +104,7 @@ class LaunchPlan:
     arguments (tiles, compiler options), shared by every call of the signature: never changed;
     split_config, merge_config: the configurations they came from, as kernels.tuning's
     record_launch notes them; split_blocks, merge_blocks: grid axis 0 (row tiles x splits,
-    row tiles); split_head_dim, merge_head_dim: the head-dim bounds they mask by
+    row tiles x head-dim chunks); split_head_dim, merge_head_dim: the head-dim bounds they mask by
     (kernels.launch.head_dim_bound); scratch: the partial outputs' shape (B * Hkv * splits,
     rows, D), the partial lse's its first two."""
 
@@ -136,9 +149,10 @@ def _plan(dtype: torch.dtype, head_dim: int, block_d: int, slices: int, rows: in
     splits = split_count(requested, slices * row_tiles, capacity, split["BLOCK_N"], processors(device, on_device))
     merge = config_kwargs(merge_config, block_d, dtype, tiles=("BLOCK_M",))
     merge["BLOCK_M"] = row_tile(rows, merge["BLOCK_M"])
+    merge.update(merge_tiles(splits, merge["BLOCK_M"], block_d))
     # Recorded as the launches take them: these kernels stream no tensor descriptors.
     return LaunchPlan(block_d, splits, split, merge,
                       replace(split_config, descriptors=False), replace(merge_config, descriptors=False),
-                      row_tiles * splits, ceil_div(rows, merge["BLOCK_M"]),
+                      row_tiles * splits, ceil_div(rows, merge["BLOCK_M"]) * merge["DIM_CHUNKS"],
                       head_dim_bound(head_dim, block_d, split), head_dim_bound(head_dim, block_d),
                       (slices * splits, rows, head_dim))

@@ -231,7 +231,7 @@ def _attend(q, k_cache, v_cache, problem: DecodeProblem):
     launch(decode_merge_kernel, plan.merge_blocks, batch_heads,
            partial_out, partial_lse, out, lse, *partial_strides, *out.stride(), *lse.stride(),
            kv_heads, problem.group, layout.seq_q, plan.merge_head_dim, plan.splits,
-           BLOCK_D=plan.block_d, INTERPRETED=interpreted, **plan.merge)
+           INTERPRETED=interpreted, **plan.merge)
     return out, lse
 
 

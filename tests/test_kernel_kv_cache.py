@@ -61,6 +61,9 @@ CASES = {
     "paged1-bf16-gqa4-causal-splits3": Case(BF16, Layout((5, 23), 1), 4, 8, 2, 16, dict(causal=True, num_splits=3)),
     "paged16-fp32-mqa-splits16-last-page-partial":
         Case(FP32, Layout((16, 45, 1), 16), 1, 4, 1, 64, dict(num_splits=16), junk=NAN),
+    # more splits than the merge reads at once (kernels.decode_plan.MERGE_SPLIT_BLOCK), head dim 96:
+    # a second, partly masked block of splits and head-dim columns past the head dim
+    "paged4-fp16-splits20-d96-gqa2": Case(FP16, Layout((70, 3, 0), 4), 2, 4, 2, 96, dict(num_splits=20), junk=NAN),
     "paged7-shared-prefix-fp16-causal": Case(FP16, Layout((30, 26), 7, shared=3), 4, 4, 2, 32,
                                              dict(causal=True, num_splits=1)),
     "window-fp16": Case(FP16, Layout((40, 9), 16), 4, 2, 1, 16, dict(window_size=(6, 2), num_splits=3)),
