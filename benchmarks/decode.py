@@ -104,12 +104,14 @@ def cells(dtypes, page_sizes, seq_qs, batches, contexts) -> list[Cell]:
 
 
 def measured_on(cell: Cell, names, first_page_size: int) -> list[str]:
-    """The implementations measured on `cell`: the dense peers at the first page size only."""
+    """The implementations measured on `cell`: those that read a contiguous copy (CONTIGUOUS) at
+    the first page size only."""
     return [name for name in names if name not in CONTIGUOUS or cell.page_size == first_page_size]
 
 
 def comparison_key(line: dict) -> tuple:
-    """What makes two results lines the same problem: a dense peer's line stands for every page size."""
+    """What makes two results lines the same problem: a contiguous copy's line (CONTIGUOUS) stands
+    for every page size."""
     key = (line["dtype"], line["seq_q"], line["batch"], line["context"])
     return key if line["impl"] in CONTIGUOUS else (*key, line["page_size"])
 
@@ -124,7 +126,7 @@ def skip_reason(cell: Cell, name: str, free_bytes: int, has_copy: bool = False, 
     """Why `name` is not measured on `cell`, or None, with `free_bytes` free right before its
     inputs are built: "cache" is the paged cache itself (all its rotating copies), which every
     implementation reads; each peer needs a copy of it in its own layout (head-major pages, or
-    the dense copy the dense peers share: `has_copy` once made)."""
+    the dense copy the dense peers share, or the contiguous one: `has_copy` once made)."""
     if name == "flag_paged" and cell.seq_q != 1:
         return "paged_attention takes one token per sequence"
     if name == "bundled" and timing_mode == "graph":
