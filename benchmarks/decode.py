@@ -259,11 +259,16 @@ def copy_bandwidth(policy: timing.RepetitionPolicy, nbytes: int = COPY_BYTES) ->
 
 def _timed_callable(calls: list, timing_mode: str):
     """What one timed sample runs: the next copy's call (eager), or one replay of a graph holding
-    every copy's call (graph); either way a sample's time / len(calls) is one call's in the mean."""
+    every copy's call (graph): calls_per_sample of them."""
     if timing_mode == "graph":
         return timing.graph_replay(calls)
     turn = itertools.cycle(calls)
     return lambda: next(turn)()
+
+
+def calls_per_sample(copies: int, timing_mode: str) -> int:
+    """How many calls one timed sample of _timed_callable over `copies` calls holds."""
+    return copies if timing_mode == "graph" else 1
 
 
 def _error_text(exc: BaseException) -> str:
@@ -290,7 +295,7 @@ def measure_cell(cell: Cell, names, policy: timing.RepetitionPolicy, timing_mode
             timed[name] = _timed_callable([_BUILDERS[name](cell, tensors) for tensors in problems], timing_mode)
         except Exception as exc:  # noqa: BLE001 -- a peer that is not installed, refuses or cannot be captured
             lines[name]["error"] = _error_text(exc)
-    per_sample = copies if timing_mode == "graph" else 1
+    per_sample = calls_per_sample(copies, timing_mode)
     for name, result in timing.interleaved_medians(timed, policy).items():
         if isinstance(result, BaseException):
             lines[name]["error"] = _error_text(result)

@@ -8,7 +8,8 @@ count (0: the heuristic), all interleaved per cell (benchmarks.timing), and any 
 decoding benchmark named by --peers (e.g. flag_paged, with FlagAttention's src on PYTHONPATH)
 in the same rounds, each timed as the benchmark's --timing says (graph, the default: calls
 replayed from a CUDA graph over the cell's rotating cache copies; eager: Python calls).  Prints
-the best per cell and the heuristic's share of it; JSON lines with --out.  A cell is dtype:page:seq_q:batch:context[:head_dim] (head dim 128 if left out).
+the best per cell and the heuristic's share of it; JSON lines with --out.  A cell is
+dtype:page:seq_q:batch:context[:head_dim] (head dim 128 if left out).
 
     python benchmarks/decode_probe.py [--cells bf16:16:1:1:131072,...] [--splits 0,16,...]
                                       [--peers flag_paged] [--configs 64x4x2,...] [--timing eager]
@@ -84,7 +85,7 @@ def probe(cell: decode.Cell, splits=SPLITS, peers=(), configs=CONFIGS, timing_mo
         reason = decode.skip_reason(cell, peer, torch.cuda.mem_get_info()[0], timing_mode=timing_mode)
         if reason is None:
             calls[peer] = timed(lambda tensors: decode._BUILDERS[peer](cell, tensors))
-    per_sample = len(problems) if timing_mode == "graph" else 1
+    per_sample = decode.calls_per_sample(len(problems), timing_mode)
     lines = []
     for name, result in timing.interleaved_medians(calls, POLICY).items():
         line = {"cell": cell.label, "variant": name, "cache_bytes": cell.cache_bytes}

@@ -241,7 +241,8 @@ def decode_merge_kernel(
     """One (row tile, BLOCK_D columns of the head dim) of one (sequence, kv head).  The splits
     are read SPLIT_BLOCK at a time as one [splits, rows, columns] tile, not one after another:
     the loads are independent, and a loop over the splits waited a memory round trip for each
-    (graph-timed on the H100, about half of a B 1 step with 16 splits).  The head dim is cut
+    (graph-timed on the H100, B 1 with 4k-32k keys and 16-32 splits read 7-10 % more after the
+    change, reports/h100-sm90/kv-cache/README.md).  The head dim is cut
     into DIM_CHUNKS programs to keep that tile in registers (kernels.decode_plan)."""
     block, batch_head, batch, kv_head, _ = program_coordinates(kv_heads, 1, first_batch_head)
     rows, tokens, heads = group_rows((block // DIM_CHUNKS) * BLOCK_M, kv_head, group_size, BLOCK_M)
@@ -261,13 +262,15 @@ def decode_merge_kernel(
     for first in range(0, num_splits, SPLIT_BLOCK):
         splits = first + split_offsets
         split_lse = split_lse_tile(PARTIAL_LSE, first_slot, splits, num_splits, rows, rows_total, stride_ls)
-        weight = tl.exp(split_lse - safe_top[None, :])  # split s's share of the row's normalizer, relative to the largest
+        # split s's share of the row's normalizer, relative to the largest
+        weight = tl.exp(split_lse - safe_top[None, :])
         total += tl.sum(weight, axis=0)
         real = ((splits < num_splits)[:, None, None] & (rows < rows_total)[None, :, None]
                 & below(dims, head_dim)[None, None, :])
         partial = tl.load(PARTIAL_OUT + (first_slot + splits)[:, None, None] * stride_ps
                           + rows[None, :, None] * stride_pm + dims[None, None, :] * stride_pd, mask=real, other=0.0)
-        acc += tl.sum(weight[:, :, None] * partial, axis=0)  # the rescale: each split's normalised output weighted by its share
+        # the rescale: each split's normalised output weighted by its share
+        acc += tl.sum(weight[:, :, None] * partial, axis=0)
     # finished_rows with scale 1: out = acc / total and lse = m + log(total), 0 and -inf where total is 0.
     out, lse = finished_rows(acc, top, total, 1.0)
     store_rows(O, LSE, out, lse, batch, rows, tokens, heads, dims, stride_ob, stride_om, stride_oh, stride_od,
