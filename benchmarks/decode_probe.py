@@ -121,6 +121,10 @@ def main(argv=None) -> int:
             with args.out.open("a") as sink:
                 sink.writelines(json.dumps({**line, "copy_bandwidth": copy}) + "\n" for line in lines)
         timed = sorted((line for line in lines if "ms" in line), key=lambda line: line["ms"])
+        if not timed:
+            # A CUDA error is sticky: a peer's illegal access fails every later call of the process.
+            print(f"{cell.label:34s} every variant failed: {lines[0].get('error', '')[:120]}", flush=True)
+            continue
         table = next(line for line in lines if line["variant"] == "table/0")
         best = timed[0]
         print(f"{cell.label:34s} table {table.get('bandwidth', 0) / copy:5.0%}  best {best['variant']:16s} "

@@ -219,12 +219,17 @@ def decode_split_kernel(
 
 
 @triton.jit
-def split_lse_tile(PARTIAL_LSE, first_slot, splits, num_splits, rows, rows_total, stride_ls):
-    """[splits, rows] of the splits' log-normalizers; splits past num_splits and padding rows
-    read -inf (weight 0)."""
-    real = (splits < num_splits)[:, None] & (rows < rows_total)[None, :]
-    return tl.load(PARTIAL_LSE + (first_slot + splits)[:, None] * stride_ls + rows[None, :], mask=real,
-                   other=float("-inf"))
+def split_partials(PARTIAL_OUT, PARTIAL_LSE, first_slot, splits, num_splits, rows, rows_total, dims, head_dim,
+                   stride_ps, stride_pm, stride_pd, stride_ls):
+    """A block of splits' log-normalizers [splits, rows] and normalised outputs [splits, rows,
+    columns]; splits past num_splits and padding rows read lse -inf (weight 0) and out 0."""
+    real_rows = (splits < num_splits)[:, None] & (rows < rows_total)[None, :]
+    split_lse = tl.load(PARTIAL_LSE + (first_slot + splits)[:, None] * stride_ls + rows[None, :], mask=real_rows,
+                        other=float("-inf"))
+    real = real_rows[:, :, None] & below(dims, head_dim)[None, None, :]
+    partial = tl.load(PARTIAL_OUT + (first_slot + splits)[:, None, None] * stride_ps
+                      + rows[None, :, None] * stride_pm + dims[None, None, :] * stride_pd, mask=real, other=0.0)
+    return split_lse, partial
 
 
 @triton.jit(do_not_specialize=["kv_heads", "group_size", "seq_q", "num_splits", "first_batch_head"])
@@ -239,11 +244,11 @@ def decode_merge_kernel(
     INTERPRETED: tl.constexpr,
 ):
     """One (row tile, BLOCK_D columns of the head dim) of one (sequence, kv head).  The splits
-    are read SPLIT_BLOCK at a time as one [splits, rows, columns] tile, not one after another:
-    the loads are independent, and a loop over the splits waited a memory round trip for each
-    (graph-timed on the H100, B 1 with 4k-32k keys and 16-32 splits read 7-10 % more after the
-    change, reports/h100-sm90/kv-cache/README.md).  The head dim is cut
-    into DIM_CHUNKS programs to keep that tile in registers (kernels.decode_plan)."""
+    are read SPLIT_BLOCK at a time as one [splits, rows, columns] tile, lse and outputs in the
+    same pass (an online max, as the split kernel's over keys): one memory round trip for up to
+    SPLIT_BLOCK splits.  The row tile is the (sequence, kv head)'s rows, no more (no tl.dot
+    here asks for 16), and the head dim is cut into DIM_CHUNKS programs to keep that tile in
+    registers and give a small batch more programs (kernels.decode_plan)."""
     block, batch_head, batch, kv_head, _ = program_coordinates(kv_heads, 1, first_batch_head)
     rows, tokens, heads = group_rows((block // DIM_CHUNKS) * BLOCK_M, kv_head, group_size, BLOCK_M)
     dims = (block % DIM_CHUNKS) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -252,25 +257,20 @@ def decode_merge_kernel(
     split_offsets = tl.arange(0, SPLIT_BLOCK)
 
     top = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
-    for first in range(0, num_splits, SPLIT_BLOCK):
-        split_lse = split_lse_tile(PARTIAL_LSE, first_slot, first + split_offsets, num_splits, rows, rows_total,
-                                   stride_ls)
-        top = tl.maximum(top, tl.max(split_lse, axis=0))
-    safe_top = tl.where(top == float("-inf"), 0.0, top)  # every split empty: weights exp(-inf) = 0, no NaN
     total = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     for first in range(0, num_splits, SPLIT_BLOCK):
-        splits = first + split_offsets
-        split_lse = split_lse_tile(PARTIAL_LSE, first_slot, splits, num_splits, rows, rows_total, stride_ls)
+        split_lse, partial = split_partials(PARTIAL_OUT, PARTIAL_LSE, first_slot, first + split_offsets, num_splits,
+                                            rows, rows_total, dims, head_dim, stride_ps, stride_pm, stride_pd,
+                                            stride_ls)
+        new_top = tl.maximum(top, tl.max(split_lse, axis=0))
+        safe_top = tl.where(new_top == float("-inf"), 0.0, new_top)  # every split empty so far: weights 0, no NaN
+        rescale = tl.exp(top - safe_top)  # the blocks before, relative to the new largest lse
         # split s's share of the row's normalizer, relative to the largest
         weight = tl.exp(split_lse - safe_top[None, :])
-        total += tl.sum(weight, axis=0)
-        real = ((splits < num_splits)[:, None, None] & (rows < rows_total)[None, :, None]
-                & below(dims, head_dim)[None, None, :])
-        partial = tl.load(PARTIAL_OUT + (first_slot + splits)[:, None, None] * stride_ps
-                          + rows[None, :, None] * stride_pm + dims[None, None, :] * stride_pd, mask=real, other=0.0)
-        # the rescale: each split's normalised output weighted by its share
-        acc += tl.sum(weight[:, :, None] * partial, axis=0)
+        total = total * rescale + tl.sum(weight, axis=0)
+        acc = acc * rescale[:, None] + tl.sum(weight[:, :, None] * partial, axis=0)
+        top = new_top
     # finished_rows with scale 1: out = acc / total and lse = m + log(total), 0 and -inf where total is 0.
     out, lse = finished_rows(acc, top, total, 1.0)
     store_rows(O, LSE, out, lse, batch, rows, tokens, heads, dims, stride_ob, stride_om, stride_oh, stride_od,

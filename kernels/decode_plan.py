@@ -37,11 +37,15 @@ from .validation import DTYPE_NAMES
 # splits 30 %, 32 24 %; B 8, 4k: 4 splits 79 %, 16 66 %; B 32, 1k: 1 split 83 %, 4 73 %; B 8,
 # 1k: 4 splits 54 %, 8 45 %; B 128, 1k: 1 split 94 %.  Long caches want the deep end
 # (reports/h100-sm90/kv-cache/split-probe/: B 8 with 128k keys, 16 splits 99-100 % where 9
-# read 84-85 %; B 1 with 128k, 32 splits 87-89 %, 64 76-79 %).
+# read 84-85 %; B 1 with 128k, 32 splits 87-89 %, 64 76-79 %).  Since the merge reads every
+# split in one pass (2-2.5 us a call where it took 4.4-7.7), a split of one tile pays where
+# two tiles a split leave processors idle (reports/h100-sm90/kv-cache/merge-one-pass/: B 1,
+# 1k keys, 8 splits 10.0-10.3 us a call against 4 splits' 12.0-12.7; B 1, 4k, 32 splits 38 %
+# of the copy bandwidth against 16 splits' 33-34 %).
 FILL_PROGRAMS_PER_PROCESSOR = 2
 DEEP_PROGRAMS_PER_PROCESSOR = 8
 LONG_SPLIT_TILES = 16
-MIN_SPLIT_TILES = 2
+MIN_SPLIT_TILES = 1
 # The most splits the heuristic picks: each split is one more program per (sequence, kv head),
 # with its own start (q's rows, the block table) and a [rows, D] fp32 partial that the merge
 # reads back one split after another: for B 1 on the H100, 32 splits read at 87-89 % of the
@@ -49,8 +53,9 @@ MIN_SPLIT_TILES = 2
 MAX_SPLITS = 32
 # The merge reads up to MERGE_SPLIT_BLOCK splits' partials as one [splits, rows, columns] fp32
 # tile of at most MERGE_TILE_ELEMENTS (32 KiB: 64 registers a thread at 4 warps), cutting the
-# head dim into as many programs as that takes (kernels.decode_forward.decode_merge_kernel).
-MERGE_SPLIT_BLOCK = 16
+# head dim into as many programs as that takes (kernels.decode_forward.decode_merge_kernel):
+# MAX_SPLITS, so that the heuristic's splits are merged in one pass.
+MERGE_SPLIT_BLOCK = MAX_SPLITS
 MERGE_TILE_ELEMENTS = 8192
 # The processors the heuristic fills where no GPU answers: Triton's CPU interpreter (a
 # stand-in that still gives a small batch several splits, so that path is the one tested)
@@ -148,7 +153,7 @@ def _plan(dtype: torch.dtype, head_dim: int, block_d: int, slices: int, rows: in
     row_tiles = ceil_div(rows, split["BLOCK_M"])
     splits = split_count(requested, slices * row_tiles, capacity, split["BLOCK_N"], processors(device, on_device))
     merge = config_kwargs(merge_config, block_d, dtype, tiles=("BLOCK_M",))
-    merge["BLOCK_M"] = row_tile(rows, merge["BLOCK_M"])
+    merge["BLOCK_M"] = min(merge["BLOCK_M"], next_power_of_2(rows))  # no tl.dot: no 16-row floor
     merge.update(merge_tiles(splits, merge["BLOCK_M"], block_d))
     # Recorded as the launches take them: these kernels stream no tensor descriptors.
     return LaunchPlan(block_d, splits, split, merge,

@@ -63,7 +63,7 @@ CASES = {
         Case(FP32, Layout((16, 45, 1), 16), 1, 4, 1, 64, dict(num_splits=16), junk=NAN),
     # more splits than the merge reads at once (kernels.decode_plan.MERGE_SPLIT_BLOCK), head dim 96:
     # a second, partly masked block of splits and head-dim columns past the head dim
-    "paged4-fp16-splits20-d96-gqa2": Case(FP16, Layout((70, 3, 0), 4), 2, 4, 2, 96, dict(num_splits=20), junk=NAN),
+    "paged4-fp16-splits40-d96-gqa2": Case(FP16, Layout((70, 3, 0), 4), 2, 4, 2, 96, dict(num_splits=40), junk=NAN),
     "paged7-shared-prefix-fp16-causal": Case(FP16, Layout((30, 26), 7, shared=3), 4, 4, 2, 32,
                                              dict(causal=True, num_splits=1)),
     "window-fp16": Case(FP16, Layout((40, 9), 16), 4, 2, 1, 16, dict(window_size=(6, 2), num_splits=3)),
@@ -215,6 +215,18 @@ def test_an_empty_sequence_gives_out_0_and_lse_minus_inf():
     assert torch.isfinite(lse[1:]).all()
 
 
+def test_the_merge_rescales_the_blocks_of_splits_it_read_before(monkeypatch):
+    """Two splits a pass: the merge's running max moves from block to block (the longest
+    sequence's later splits, the others' empty ones), and each block's sums are rescaled to it."""
+    monkeypatch.setattr(decode_plan, "MERGE_SPLIT_BLOCK", 2)
+    decode_plan._plan.cache_clear()
+    try:
+        judge(CASES["paged4-fp16-splits40-d96-gqa2"])
+        judge(Case(FP32, Layout((70, 33, 5), 4), 4, 8, 2, 32, dict(num_splits=7), scale=3.0))
+    finally:
+        decode_plan._plan.cache_clear()
+
+
 def test_head_slices_read_the_gathered_keys(monkeypatch):
     """A launch that slices the head dim (RDNA's tables at D >= 128) multiplies 16-column
     slices of the gathered q and key rows: by the rule, with NaN in every unused slot."""
@@ -245,8 +257,8 @@ def test_the_split_heuristic_fills_the_processors_within_its_bounds():
     assert decode_plan.split_count(0, 2, 1 << 20, 64, 132) == decode_plan.MAX_SPLITS  # capped
     assert decode_plan.split_count(0, 64, 1 << 20, 64, 132) == deep * 132 // 64  # long caches: deep
     assert decode_plan.split_count(0, 64, 64 * 24, 64, 132) == fill * 132 // 64  # 24 tiles: no split of 16
-    assert decode_plan.split_count(0, 2, 40 * 16, 16, 64) == 20  # a split holds two key tiles at least
-    assert decode_plan.split_count(0, 2, 3 * 16, 16, 64) == 1
+    assert decode_plan.split_count(0, 2, 40 * 16, 16, 64) == decode_plan.MAX_SPLITS
+    assert decode_plan.split_count(0, 2, 3 * 16, 16, 64) == 3  # a split holds one key tile at least
     assert decode_plan.split_count(0, fill * 132, 1024, 64, 132) == 1  # the programs fill the processors alone
     assert decode_plan.split_count(0, fill * 132 - 1, 1024, 64, 132) == 1  # rounded down
     assert decode_plan.split_count(0, 2, 0, 16, 8) == 1  # no key anywhere
@@ -255,10 +267,11 @@ def test_the_split_heuristic_fills_the_processors_within_its_bounds():
 def test_the_heuristic_picks_the_split_counts_the_h100_probes_found_best():
     """On an H100's 132 SMs, one row tile per (sequence, kv head), 8 kv heads, 128-key tiles
     (D 128): the split counts benchmarks/decode_probe.py measured best, graph-timed
-    (reports/h100-sm90/kv-cache/split-probe-graph/) and for long caches
-    (reports/h100-sm90/kv-cache/split-probe/)."""
+    (reports/h100-sm90/kv-cache/split-probe-graph/ and, since the one-pass merge, merge-one-pass/)
+    and for long caches (reports/h100-sm90/kv-cache/split-probe/)."""
     sms, tile = 132, 128
-    assert decode_plan.split_count(0, 1 * 8, 4096, tile, sms) == 16
+    assert decode_plan.split_count(0, 1 * 8, 4096, tile, sms) == 32
+    assert decode_plan.split_count(0, 1 * 8, 1024, tile, sms) == 8
     assert decode_plan.split_count(0, 8 * 8, 4096, tile, sms) == 4
     assert decode_plan.split_count(0, 8 * 8, 1024, tile, sms) == 4
     assert decode_plan.split_count(0, 32 * 8, 1024, tile, sms) == 1
