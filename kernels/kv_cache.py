@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 
@@ -120,18 +119,25 @@ def _keep_step(key: tuple, step: step_replay.Step | None) -> None:
     _STEPS[key] = step
 
 
+# The block tables of contiguous caches, [[0], [1], ..., [B - 1]] int32, by (batch, device):
+# kept for good -- a CUDA graph captured with one launches with it on every replay, long after
+# the call -- which costs 4 bytes per sequence of each batch size a process decodes with.
+_CONTIGUOUS_TABLES: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+
 def _contiguous_table(batch: int, device: torch.device) -> torch.Tensor:
-    """[[0], [1], ..., [B - 1]] int32 on `device`: made once per (batch, device), since the
-    kernels only read it -- but while a CUDA graph is being captured, made afresh (a tensor
-    made then holds its values only once the graph runs)."""
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return _arange_table.__wrapped__(batch, device)
-    return _arange_table(batch, device)
-
-
-@lru_cache(maxsize=16)
-def _arange_table(batch: int, device: torch.device) -> torch.Tensor:
-    return torch.arange(batch, dtype=torch.int32, device=device)[:, None]
+    """[[0], [1], ..., [B - 1]] int32 on `device`: made once per (batch, device) and kept, since
+    the kernels only read it.  Under CUDA graph capture, the one made before (a serving loop
+    runs a step before capturing it), which keeps the graph free of a kernel filling it; where
+    none was, one made for the graph alone and not kept: a tensor made while capturing holds its
+    values only once the graph runs."""
+    key = (batch, device)
+    table = _CONTIGUOUS_TABLES.get(key)
+    if table is None:
+        table = torch.arange(batch, dtype=torch.int32, device=device)[:, None]
+        if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            _CONTIGUOUS_TABLES[key] = table
+    return table
 
 
 def _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, window_size,

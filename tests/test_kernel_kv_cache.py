@@ -251,6 +251,17 @@ def test_strided_inputs_are_read_in_place_and_the_grid_splits_over_sequences_x_k
     assert torch.equal(run(q, k_cache, v_cache), expected)
 
 
+def test_a_contiguous_cache_s_table_is_made_once_per_batch_size_and_kept():
+    """A captured CUDA graph keeps launching with the table it was captured with: the one made
+    before capture, which must never be freed (kernels.kv_cache._contiguous_table)."""
+    from conformance.bundled.kernels import kv_cache
+
+    table = kv_cache._contiguous_table(3, torch.device("cpu"))
+    assert torch.equal(table, torch.tensor([[0], [1], [2]], dtype=torch.int32))
+    assert kv_cache._contiguous_table(3, torch.device("cpu")) is table
+    assert kv_cache._CONTIGUOUS_TABLES[(3, torch.device("cpu"))] is table
+
+
 def test_the_split_heuristic_fills_the_processors_within_its_bounds():
     fill, deep = decode_plan.FILL_PROGRAMS_PER_PROCESSOR, decode_plan.DEEP_PROGRAMS_PER_PROCESSOR
     assert decode_plan.split_count(5, 64, 4000, 64, 132) == 5  # forced
