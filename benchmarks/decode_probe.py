@@ -8,12 +8,13 @@ count (0: the heuristic), all interleaved per cell (benchmarks.timing), and any 
 decoding benchmark named by --peers (e.g. flag_paged, with FlagAttention's src on PYTHONPATH)
 in the same rounds, each timed as the benchmark's --timing says (graph, the default: calls
 replayed from a CUDA graph over the cell's rotating cache copies; eager: Python calls).  Prints
-the best per cell and the heuristic's share of it; JSON lines with --out.  A cell is
+the best per cell and the heuristic's share of it; JSON lines with --out, each with the
+kernels a call ran and their device time (timing.kernel_times) under --profile.  A cell is
 dtype:page:seq_q:batch:context[:head_dim] (head dim 128 if left out).
 
     python benchmarks/decode_probe.py [--cells bf16:16:1:1:131072,...] [--splits 0,16,...]
                                       [--peers flag_paged] [--configs 64x4x2,...] [--timing eager]
-                                      [--out FILE]
+                                      [--profile] [--out FILE]
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def parse_config(text: str) -> LaunchConfig:
     return LaunchConfig(16, block_n, num_warps=warps, num_stages=stages)
 
 
-def probe(cell: decode.Cell, splits=SPLITS, peers=(), configs=CONFIGS, timing_mode="graph") -> list[dict]:
+def probe(cell: decode.Cell, splits=SPLITS, peers=(), configs=CONFIGS, timing_mode="graph",
+          profiled=False) -> list[dict]:
     problems = [decode.problem(cell, seed=seed) for seed in range(decode.copies_for(cell))]
 
     def timed(build):
@@ -94,6 +96,9 @@ def probe(cell: decode.Cell, splits=SPLITS, peers=(), configs=CONFIGS, timing_mo
         else:
             ms = result[0] / per_sample
             line.update(ms=ms, bandwidth=cell.cache_bytes / (ms / 1e3))
+            if profiled:  # per decode call: launches, and median microseconds a launch
+                line["kernels"] = {kernel: [count / per_sample, microseconds] for kernel, (count, microseconds)
+                                   in timing.kernel_times(calls[name]).items()}
         lines.append(line)
     return lines  # the cell's tensors go with the calls that hold them
 
@@ -106,6 +111,8 @@ def main(argv=None) -> int:
     parser.add_argument("--peers", default="", help=f"comma-separated peers of the benchmark ({', '.join(decode.PEERS)})")
     parser.add_argument("--configs", help="comma-separated BLOCK_Nxwarpsxstages (default: the probe's grid)")
     parser.add_argument("--timing", choices=decode.TIMINGS, default="graph", help="as the benchmark's --timing")
+    parser.add_argument("--profile", action="store_true",
+                        help="also record each variant's kernels and their device time (torch.profiler)")
     parser.add_argument("--out", type=pathlib.Path, help="JSON lines, one per (cell, variant)")
     args = parser.parse_args(argv)
     cells = [parse_cell(text) for text in args.cells.split(",")] if args.cells else DEFAULT_CELLS
@@ -115,7 +122,7 @@ def main(argv=None) -> int:
     print(f"copy bandwidth {copy / 1e9:.0f} GB/s", flush=True)
     for cell in cells:
         configs = [parse_config(text) for text in args.configs.split(",")] if args.configs else CONFIGS
-        lines = probe(cell, splits, peers, configs, args.timing)
+        lines = probe(cell, splits, peers, configs, args.timing, args.profile)
         torch.cuda.empty_cache()
         if args.out:
             with args.out.open("a") as sink:

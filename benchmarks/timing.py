@@ -19,6 +19,10 @@ whole grid within minutes.)
 callable replaying it -- how a serving loop runs a decode step, with no Python or launch
 overhead between kernels.  Time a replay and divide by len(calls).
 
+`kernel_times(call)`: which kernels one call runs on the device and how long each takes
+(torch.profiler's CUDA activity, kernels inside a replayed graph included): where a call's
+time goes, e.g. a decode step's split kernel against its merge.
+
 `peak_bytes(call)`: torch.cuda.max_memory_allocated() after one call minus
 memory_allocated() before it (peak statistics reset first): the extra memory the
 call needs at its peak, outputs and workspaces included, inputs excluded.
@@ -126,3 +130,29 @@ def peak_bytes(call) -> int:
     peak = torch.cuda.max_memory_allocated() - before
     del result
     return peak
+
+
+def kernel_summary(kernels: list[tuple[str, float]], calls: int) -> dict[str, tuple[float, float]]:
+    """Kernel name -> (launches per call, median microseconds a launch) of the (name,
+    microseconds) of every kernel that `calls` calls ran."""
+    durations: dict[str, list[float]] = {}
+    for name, microseconds in kernels:
+        durations.setdefault(name, []).append(microseconds)
+    return {name: (len(times) / calls, statistics.median(times)) for name, times in durations.items()}
+
+
+def kernel_times(call, calls: int = 5, name_length: int = 60) -> dict[str, tuple[float, float]]:
+    """kernel_summary of `calls` calls of `call` (run once before, untimed), each kernel named
+    by the first `name_length` characters of its name (templated CUDA names run long)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as profiled:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    kernels = [(event.name[:name_length], event.time_range.end - event.time_range.start)
+               for event in profiled.events() if event.device_type == DeviceType.CUDA]
+    return kernel_summary(kernels, calls)

@@ -170,3 +170,15 @@ def test_the_contiguous_call_is_held_to_the_dense_peers_at_every_page_size(tmp_p
     assert "bundled_contiguous >= 1.0x flag_paged" not in text  # paged peers judge the paged calls
     assert "- bundled_unchecked >= 1.0x flex: 0 of 1 cells (ratio 0.96-0.96)" in text
     assert "## bf16, pages of 64, Sq 1" in text and text.count("2800 (93%)") == 2  # shown beside both page sizes
+
+
+def test_a_profile_counts_each_kernel_s_launches_per_call_and_its_median_time():
+    """benchmarks.timing.kernel_summary, as decode_probe.py --profile reports a decode step: a
+    split kernel and a merge per call, over 2 calls."""
+    from conformance.bundled.benchmarks import timing
+
+    kernels = [("decode_split_kernel", 8.0), ("decode_merge_kernel", 2.0),
+               ("decode_split_kernel", 9.0), ("decode_merge_kernel", 3.0), ("decode_merge_kernel", 2.5)]
+    assert timing.kernel_summary(kernels, calls=2) == {"decode_split_kernel": (1.0, 8.5),
+                                                       "decode_merge_kernel": (1.5, 2.5)}
+    assert timing.kernel_summary([], calls=3) == {}
