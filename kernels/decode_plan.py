@@ -48,8 +48,8 @@ LONG_SPLIT_TILES = 16
 MIN_SPLIT_TILES = 1
 # The most splits the heuristic picks: each split is one more program per (sequence, kv head),
 # with its own start (q's rows, the block table) and a [rows, D] fp32 partial that the merge
-# reads back one split after another: for B 1 on the H100, 32 splits read at 87-89 % of the
-# copy bandwidth, 64 at 76-79 %, 128 at 65-68 % (the probe above).
+# reads back: for B 1 on the H100, 32 splits read at 87-89 % of the copy bandwidth, 64 at
+# 76-79 %, 128 at 65-68 % (the probe above, before the merge read many splits at once).
 MAX_SPLITS = 32
 # The merge reads up to MERGE_SPLIT_BLOCK splits' partials as one [splits, rows, columns] fp32
 # tile of at most MERGE_TILE_ELEMENTS (32 KiB: 64 registers a thread at 4 warps), cutting the
