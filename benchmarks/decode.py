@@ -275,6 +275,16 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
 
 
+def timed_fields(cell: Cell, result, per_sample: int) -> dict:
+    """A results line's fields from one implementation's timing.interleaved_medians result over
+    samples of `per_sample` calls: its error, or its median milliseconds a call, sample count
+    and bandwidth."""
+    if isinstance(result, BaseException):
+        return {"error": _error_text(result)}
+    ms = result[0] / per_sample
+    return {"ms": ms, "samples": len(result[1]), "bandwidth": cell.cache_bytes / (ms / 1e3)}
+
+
 def measure_cell(cell: Cell, names, policy: timing.RepetitionPolicy, timing_mode: str = "eager") -> list[dict]:
     """One results line per implementation: its median time per call and bandwidth, or why not."""
     copies = copies_for(cell)
@@ -297,11 +307,7 @@ def measure_cell(cell: Cell, names, policy: timing.RepetitionPolicy, timing_mode
             lines[name]["error"] = _error_text(exc)
     per_sample = calls_per_sample(copies, timing_mode)
     for name, result in timing.interleaved_medians(timed, policy).items():
-        if isinstance(result, BaseException):
-            lines[name]["error"] = _error_text(result)
-        else:
-            ms = result[0] / per_sample
-            lines[name].update(ms=ms, samples=len(result[1]), bandwidth=cell.cache_bytes / (ms / 1e3))
+        lines[name].update(timed_fields(cell, result, per_sample))
     del problems, timed  # a graph's memory pool is freed with its replay callable
     torch.cuda.empty_cache()
     return list(lines.values())

@@ -90,15 +90,11 @@ def probe(cell: decode.Cell, splits=SPLITS, peers=(), configs=CONFIGS, timing_mo
     per_sample = decode.calls_per_sample(len(problems), timing_mode)
     lines = []
     for name, result in timing.interleaved_medians(calls, POLICY).items():
-        line = {"cell": cell.label, "variant": name, "cache_bytes": cell.cache_bytes}
-        if isinstance(result, BaseException):
-            line["error"] = f"{type(result).__name__}: {result}"[:200]
-        else:
-            ms = result[0] / per_sample
-            line.update(ms=ms, bandwidth=cell.cache_bytes / (ms / 1e3))
-            if profiled:  # per decode call: launches, and median microseconds a launch
-                line["kernels"] = {kernel: [count / per_sample, microseconds] for kernel, (count, microseconds)
-                                   in timing.kernel_times(calls[name]).items()}
+        line = {"cell": cell.label, "variant": name, "cache_bytes": cell.cache_bytes,
+                **decode.timed_fields(cell, result, per_sample)}
+        if profiled and "ms" in line:  # per decode call: launches, and median microseconds a launch
+            line["kernels"] = {kernel: [count / per_sample, microseconds] for kernel, (count, microseconds)
+                               in timing.kernel_times(calls[name]).items()}
         lines.append(line)
     return lines  # the cell's tensors go with the calls that hold them
 
@@ -120,8 +116,8 @@ def main(argv=None) -> int:
     peers = tuple(name for name in args.peers.split(",") if name)
     copy = decode.copy_bandwidth(decode.POLICY)
     print(f"copy bandwidth {copy / 1e9:.0f} GB/s", flush=True)
+    configs = [parse_config(text) for text in args.configs.split(",")] if args.configs else CONFIGS
     for cell in cells:
-        configs = [parse_config(text) for text in args.configs.split(",")] if args.configs else CONFIGS
         lines = probe(cell, splits, peers, configs, args.timing, args.profile)
         torch.cuda.empty_cache()
         if args.out:

@@ -182,3 +182,12 @@ def test_a_profile_counts_each_kernel_s_launches_per_call_and_its_median_time():
     assert timing.kernel_summary(kernels, calls=2) == {"decode_split_kernel": (1.0, 8.5),
                                                        "decode_merge_kernel": (1.5, 2.5)}
     assert timing.kernel_summary([], calls=3) == {}
+
+
+def test_a_timing_result_becomes_a_line_s_fields_per_call():
+    """decode.timed_fields, which the benchmark and the probe both write: a graph sample of 4
+    calls is divided by 4; an implementation's exception becomes its error."""
+    cell = decode.Cell("bf16", 16, 1, 1, 1024)
+    fields = decode.timed_fields(cell, (0.04, [0.03, 0.04, 0.05]), per_sample=4)
+    assert fields == {"ms": 0.01, "samples": 3, "bandwidth": cell.cache_bytes / 1e-5}
+    assert decode.timed_fields(cell, RuntimeError("no"), per_sample=4) == {"error": "RuntimeError: no"}
