@@ -52,9 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--impls", default=",".join(decode.IMPLEMENTATIONS), metavar="LIST",
                         help=f"comma-separated, of {', '.join(decode.IMPLEMENTATIONS)}")
     parser.add_argument("--timing", choices=decode.TIMINGS, default="graph",
-                        help="graph (default): each implementation's calls replayed from a CUDA graph, as a serving "
-                             "loop runs them -- the kernels' own time; eager: each Python call timed, host work "
-                             "included where the GPU outruns it. One per run folder")
+                        help=" ".join(f"{mode}{' (default)' if mode == 'graph' else ''}: {text}"
+                                      for mode, text in TIMING_TEXT.items()) + " One per run folder.")
     parser.add_argument("--flag-attention", type=pathlib.Path, metavar="DIR",
                         help="a folder holding FlagAttention's `flag_attn` package (e.g. a clone's src/)")
     parser.add_argument("--budget", type=float, metavar="SECONDS",
