@@ -3,9 +3,10 @@
 One layout serves both kinds of cache.  A paged cache is (num_pages, page_size, Hkv, D)
 with a block table (B, max_pages): key position j of sequence b lives in physical page
 block_table[b, j // page_size], slot j % page_size.  A contiguous cache (B, Smax, Hkv, D)
-is the paged one with page_size = Smax and block_table[b] = [b] (kernels.kv_cache builds
-it), so the kernels have one addressing path.  The page size is a run-time value (1, 16,
-a size that divides no length, ...): each key finds its own page, per key, not per tile.
+is the paged one with page_size = Smax and a table [b] per sequence b, which the kernels
+know without reading one (PAGED False: cache_slots), so both share every other line.  The
+page size is a run-time value (1, 16, a size that divides no length, ...): each key finds
+its own page, per key, not per tile.
 
 Every row of a cache (one position of one kv head) is addressed by its element offset,
 so the kernels read and write rows through the tensors' own strides, never copying them.
@@ -18,14 +19,22 @@ from .blocks import below, head_offset, load_tile, program_coordinates
 
 
 @triton.jit
-def cache_slots(TABLE_ROW, positions, length, page_size, stride_table_page):
-    """(page, slot) of key positions `positions` of one sequence (int64), its block-table
+def cache_slots(TABLE_ROW, positions, length, page_size, stride_table_page, sequence, PAGED: tl.constexpr):
+    """(page, slot) of key positions `positions` of sequence `sequence` (int64), its block-table
     row at TABLE_ROW.  Only positions below the sequence's `length` read the table: its
     entries past them may hold anything (-1 padding, stale pages), so the others get page 0,
-    which exists, and slot j % page_size, inside it; no kernel uses what they load."""
-    page_index = positions // page_size
-    pages = tl.load(TABLE_ROW + page_index * stride_table_page, mask=positions < length, other=0)
-    return pages.to(tl.int64), (positions % page_size).to(tl.int64)
+    which exists, and slot j % page_size, inside it; no kernel uses what they load.
+    A contiguous cache (not PAGED) is the sequence's own page, read without its table (one
+    dependent load less in front of every key tile's gather) and without a division per key;
+    positions past `length` read its slot 0, which exists even where they pass Smax."""
+    if PAGED:
+        page_index = positions // page_size
+        pages = tl.load(TABLE_ROW + page_index * stride_table_page, mask=positions < length, other=0).to(tl.int64)
+        slots = (positions % page_size).to(tl.int64)
+    else:
+        pages = sequence.to(tl.int64)
+        slots = tl.where(positions < length, positions, 0).to(tl.int64)
+    return pages, slots
 
 
 @triton.jit
@@ -86,7 +95,7 @@ def append_kernel(
     stride_tb, stride_tp,
     kv_heads, seq_q, page_size, head_dim, batch_size,
     first_batch_head,
-    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, CHECKED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, CHECKED: tl.constexpr, PAGED: tl.constexpr,
 ):
     """k_new, v_new (B, Sq, Hkv, D) written to cache positions cache_seqlens[b] + i of
     sequence b, one program per (BLOCK_M new tokens, sequence x kv head).  Nothing else of
@@ -102,7 +111,7 @@ def append_kernel(
     cache_len = tl.load(CACHE_SEQLENS + batch)
     positions = cache_len + tokens
     pages, slots = cache_slots(BLOCK_TABLE + batch.to(tl.int64) * stride_tb, positions, cache_len + seq_q,
-                               page_size, stride_tp)
+                               page_size, stride_tp, batch, PAGED)
     append_rows(K_NEW, K_CACHE, batch, kv_head, tokens, pages, slots, dims,
                 stride_knb, stride_knm, stride_knh, stride_knd, stride_kp, stride_ks, stride_kh, stride_kd,
                 seq_q, head_dim)

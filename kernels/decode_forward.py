@@ -135,7 +135,8 @@ def decode_split_kernel(
     first_batch_head,
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
     DEQUANTIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    INTERPRETED: tl.constexpr, CHECKED: tl.constexpr, ONE_SPLIT: tl.constexpr, HEAD_CHUNK: tl.constexpr = 0,
+    INTERPRETED: tl.constexpr, CHECKED: tl.constexpr, ONE_SPLIT: tl.constexpr, PAGED: tl.constexpr,
+    HEAD_CHUNK: tl.constexpr = 0,
 ):
     """One (row tile, split) of one (sequence, kv head): its fp32 partial output and lse, or
     with ONE_SPLIT (num_splits 1) the finished output and lse (store_split; no merge follows).
@@ -189,7 +190,7 @@ def decode_split_kernel(
     for key_start in range(key_first, key_stop, BLOCK_N):
         cols = key_start + tl.arange(0, BLOCK_N)
         in_cache = cols < context_len  # the last page's slots past L hold no key of this sequence
-        pages, slots = cache_slots(table_row, cols, context_len, page_size, stride_tp)
+        pages, slots = cache_slots(table_row, cols, context_len, page_size, stride_tp, batch, PAGED)
         k_rows = slot_offsets(pages, slots, stride_kp, stride_ks)
         if HEAD_CHUNK:  # keys past L read a slot of page 0, which exists; their scores are masked
             raw = sliced_products(q_base, q_rows, 1, stride_qd, None, k_base, k_rows, 1, stride_kd, None,

@@ -3,7 +3,8 @@
 A few new query tokens per sequence attend to that sequence's cached keys and values,
 optionally after appending their own (k_new, v_new) to the cache in place.  The cache is
 contiguous (B, Smax, Hkv, D) or paged (num_pages, page_size, Hkv, D) through a block
-table; both run one kernel (kernels.decode_cache says how).  The keys are split into
+table; both run one kernel, which reads a paged cache's addresses through its table and a
+contiguous cache's from the position alone (kernels.decode_cache).  The keys are split into
 contiguous runs (FlashDecoding): a few query rows per sequence give few programs, and the
 splits give the device enough of them; a merge kernel combines the splits
 (kernels.decode_forward).  How many splits, and every other launch argument that follows
@@ -65,7 +66,7 @@ class DecodeProblem:
     score options as kernels.problem resolves them; the fp8 scales; the target it launches to."""
 
     layout: Layout
-    block_table: torch.Tensor
+    block_table: torch.Tensor | None  # None: a contiguous cache, which has none
     context_lens: torch.Tensor
     causal: bool
     band: tuple[int, int] | None
@@ -93,10 +94,17 @@ class DecodeProblem:
 
     def kernel_flags(self) -> dict:
         """The split kernel's constexpr flags: the mask, the score variants, an fp8 cache, the
-        values' check."""
+        values' check, a paged cache."""
         return dict(CAUSAL=self.causal, WINDOW=self.band is not None, SOFTCAP=self.softcap is not None,
                     ALIBI=self.alibi_slopes is not None, DEQUANTIZE=self.dequantize,
-                    CHECKED=self.value_check is not None)
+                    CHECKED=self.value_check is not None, PAGED=self.block_table is not None)
+
+    def table_args(self) -> tuple:
+        """BLOCK_TABLE, stride_tb, stride_tp as the kernels take them: a contiguous cache's
+        kernels (PAGED False) never read a table, and get the context lengths standing in."""
+        if self.block_table is None:
+            return self.context_lens, 0, 0
+        return self.block_table, *self.block_table.stride()
 
     def value_flags(self) -> torch.Tensor:
         """The values' check's per-sequence flags the kernels read (CHECKED), else any int32
@@ -117,27 +125,6 @@ def _keep_step(key: tuple, step: step_replay.Step | None) -> None:
     if len(_STEPS) >= _STEPS_KEPT:
         _STEPS.clear()
     _STEPS[key] = step
-
-
-# The block tables of contiguous caches, [[0], [1], ..., [B - 1]] int32, by (batch, device):
-# kept for good -- a CUDA graph captured with one launches with it on every replay, long after
-# the call -- which costs 4 bytes per sequence of each batch size a process decodes with.
-_CONTIGUOUS_TABLES: dict[tuple[int, torch.device], torch.Tensor] = {}
-
-
-def _contiguous_table(batch: int, device: torch.device) -> torch.Tensor:
-    """[[0], [1], ..., [B - 1]] int32 on `device`: made once per (batch, device) and kept, since
-    the kernels only read it.  Under CUDA graph capture, the one made before (a serving loop
-    runs a step before capturing it), which keeps the graph free of a kernel filling it; where
-    none was, one made for the graph alone and not kept: a tensor made while capturing holds its
-    values only once the graph runs."""
-    key = (batch, device)
-    table = _CONTIGUOUS_TABLES.get(key)
-    if table is None:
-        table = torch.arange(batch, dtype=torch.int32, device=device)[:, None]
-        if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-            _CONTIGUOUS_TABLES[key] = table
-    return table
 
 
 def _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, window_size,
@@ -166,10 +153,10 @@ def _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_n
 
 def _call_tensors(layout: Layout, cache_seqlens, block_table, alibi_slopes, num_pages: int, check_values: bool):
     """The tensors a call makes from its arguments (checked ones): the block table the kernels
-    read (a contiguous cache's own), the context lengths L_b (int32, contiguous), the ALiBi
+    read (None for a contiguous cache), the context lengths L_b (int32, contiguous), the ALiBi
     slopes contiguous, and the values' check, started (None without check_values)."""
-    table = block_table if layout.paged else _contiguous_table(layout.batch, cache_seqlens.device)
-    pending = value_check.start(cache_seqlens, layout.appended, layout.capacity, table, layout.paged, num_pages,
+    table = block_table if layout.paged else None
+    pending = value_check.start(cache_seqlens, layout.appended, layout.capacity, table, num_pages,
                                 layout.page_size) if check_values else None
     context_lens = cache_seqlens + layout.appended if layout.appended else cache_seqlens.contiguous()
     return table, context_lens, contiguous(alibi_slopes), pending
@@ -194,12 +181,13 @@ def _append(k_new, v_new, k_cache, v_cache, cache_seqlens, problem: DecodeProble
     """k_new, v_new written to the cache at positions cache_seqlens[b] .. + Sq - 1, in place."""
     if k_new.numel() == 0:
         return
-    layout, table = problem.layout, problem.block_table
+    layout, (table, *table_strides) = problem.layout, problem.table_args()
     launch(append_kernel, ceil_div(layout.seq_q, APPEND_TOKENS), layout.batch * layout.kv_heads,
            k_new, v_new, k_cache, v_cache, table, cache_seqlens, problem.value_flags(),
-           *k_new.stride(), *v_new.stride(), *k_cache.stride(), *v_cache.stride(), *table.stride(),
+           *k_new.stride(), *v_new.stride(), *k_cache.stride(), *v_cache.stride(), *table_strides,
            layout.kv_heads, layout.seq_q, layout.page_size, head_dim_bound(layout.head_dim, block_d),
-           layout.batch, BLOCK_M=APPEND_TOKENS, BLOCK_D=block_d, CHECKED=problem.value_check is not None)
+           layout.batch, BLOCK_M=APPEND_TOKENS, BLOCK_D=block_d, CHECKED=problem.value_check is not None,
+           PAGED=problem.block_table is not None)
 
 
 def _attend(q, k_cache, v_cache, problem: DecodeProblem):
@@ -221,12 +209,13 @@ def _attend(q, k_cache, v_cache, problem: DecodeProblem):
         partial_out = new_output(plan.scratch, torch.float32, q.device)
         partial_lse = new_output(plan.scratch[:2], torch.float32, q.device)
         partial_strides = (*partial_out.stride(), partial_lse.stride(0))
+    table, *table_strides = problem.table_args()
     record_launch("decode_split", plan.split_config)
     launch(decode_split_kernel, plan.split_blocks, batch_heads,
-           q, k_cache, v_cache, problem.block_table, problem.context_lens, problem.value_flags(), partial_out,
+           q, k_cache, v_cache, table, problem.context_lens, problem.value_flags(), partial_out,
            partial_lse, out, lse,
            problem.sm_scale, *problem.descales,
-           *q.stride(), *k_cache.stride(), *v_cache.stride(), *problem.block_table.stride(), *partial_strides,
+           *q.stride(), *k_cache.stride(), *v_cache.stride(), *table_strides, *partial_strides,
            *out.stride(), *lse.stride(),
            kv_heads, problem.group, layout.seq_q, layout.page_size, plan.split_head_dim, plan.splits,
            *problem.score_args(),

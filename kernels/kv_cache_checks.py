@@ -73,7 +73,7 @@ def _check_cache_dtype(cache_dtype: torch.dtype, q_dtype: torch.dtype, target) -
 
 def _cache_pages(k_cache, block_table, batch: int, device) -> tuple[int, int, bool]:
     """(page size, capacity per sequence, paged): a contiguous cache is one page of Smax
-    positions per sequence, sequence b's page b (_contiguous_table)."""
+    positions per sequence, sequence b's page b (kernels.decode_cache.cache_slots)."""
     if block_table is None:
         if k_cache.shape[0] != batch:
             raise ValueError(f"k_cache: expected batch size {batch} (from q) for a contiguous cache, "

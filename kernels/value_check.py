@@ -45,14 +45,14 @@ class PendingCheck:
         self.flags, self.answer, self.copied, self.arguments = flags, answer, copied, arguments
 
 
-def start(cache_seqlens: torch.Tensor, appended: int, capacity: int, table: torch.Tensor, paged: bool,
+def start(cache_seqlens: torch.Tensor, appended: int, capacity: int, table: torch.Tensor | None,
           num_pages: int, page_size: int) -> PendingCheck:
     """Launch the check of the call's values (kernels.validation.check_cache_values' checks).
-    table: the call's block table, or the contiguous cache's own (whose entries need no check:
-    `paged` False).  Where launches do not reach a device (compile-only), the values are
-    checked here, in full, and the kernels get flags of 0 to compile against."""
+    table: the call's block table, None for a contiguous cache (which has no entries to check).
+    Where launches do not reach a device (compile-only), the values are checked here, in full,
+    and the kernels get flags of 0 to compile against."""
     batch, device = cache_seqlens.shape[0], cache_seqlens.device
-    arguments = (cache_seqlens, appended, capacity, table if paged else None, num_pages, page_size)
+    arguments = (cache_seqlens, appended, capacity, table, num_pages, page_size)
     if batch == 0 or not launches_on_device():
         check_cache_values(*arguments)
         return PendingCheck(torch.zeros(batch, dtype=torch.int32, device=device), None, None, arguments)
@@ -60,8 +60,10 @@ def start(cache_seqlens: torch.Tensor, appended: int, capacity: int, table: torc
         raise ValueError("check_values: the values of cache_seqlens and block_table cannot be read back while a "
                          "CUDA graph is captured; pass check_values=False (and check them outside the graph)")
     flags = torch.empty(batch, dtype=torch.int32, device=device)
-    launch(cache_values_kernel, batch, 1, cache_seqlens, table, flags, *table.stride(),
-           appended, capacity, num_pages, page_size, PAGED=paged, BLOCK=VALUE_CHECK_BLOCK)
+    # Without a table (PAGED False) the kernel reads none: the lengths stand in for it.
+    table_args = (cache_seqlens, 0, 0) if table is None else (table, *table.stride())
+    launch(cache_values_kernel, batch, 1, cache_seqlens, table_args[0], flags, *table_args[1:],
+           appended, capacity, num_pages, page_size, PAGED=table is not None, BLOCK=VALUE_CHECK_BLOCK)
     if device.type != "cuda":  # the interpreter: the answer is there already
         return PendingCheck(flags, flags, None, arguments)
     answer, copied = _host_buffer(device, batch)

@@ -1,6 +1,6 @@
 """kv_cache_attention's launches (kernels.decode_plan, kernels.kv_cache): the split heuristic,
-the launch plan made once per signature, one split without a merge, the contiguous cache's
-table, the checks of a signature seen before, and every target's launch configurations."""
+the launch plan made once per signature, one split without a merge, a contiguous cache read
+without a table, the checks of a signature seen before, and every target's launch configurations."""
 
 import pytest
 import torch
@@ -15,15 +15,22 @@ from conformance.bundled.kernels.targets import INTERPRETER, Target  # noqa: E40
 from kv_cache_oracle import bits, valid_arguments  # noqa: E402
 
 
-def test_a_contiguous_cache_s_table_is_made_once_per_batch_size_and_kept():
-    """A captured CUDA graph keeps launching with the table it was captured with: the one made
-    before capture, which must never be freed (kernels.kv_cache._contiguous_table)."""
+@pytest.mark.parametrize("paged", [False, True])
+def test_only_a_paged_cache_s_kernels_read_a_block_table(monkeypatch, paged):
+    """Every kernel of a call (the values' check, the append, the split) is told whether the
+    cache is paged; a contiguous cache's kernels address it by position alone, with no table
+    made for them (kernels.decode_cache.cache_slots), so a captured graph holds none."""
     from conformance.bundled.kernels import kv_cache
 
-    table = kv_cache._contiguous_table(3, torch.device("cpu"))
-    assert torch.equal(table, torch.tensor([[0], [1], [2]], dtype=torch.int32))
-    assert kv_cache._contiguous_table(3, torch.device("cpu")) is table
-    assert kv_cache._CONTIGUOUS_TABLES[(3, torch.device("cpu"))] is table
+    flags, real_launch = [], kv_cache.launch
+    monkeypatch.setattr(kv_cache, "launch", lambda kernel, *args, **kwargs: (
+        flags.append(kwargs.get("PAGED")), real_launch(kernel, *args, **kwargs))[1])
+    args = valid_arguments(paged=paged)
+    batch, kv_heads, dim = 2, args["k_cache"].shape[2], args["q"].shape[3]
+    new = torch.zeros((batch, args["q"].shape[1], kv_heads, dim), dtype=args["q"].dtype)
+    kernels.kv_cache_attention(**args, k_new=new, v_new=new.clone(), num_splits=2)
+    assert flags[:2] == [paged, paged]  # the append, then the split (the merge has no cache to read)
+    assert all(flag in (paged, None) for flag in flags)
 
 
 def test_the_split_heuristic_fills_the_processors_within_its_bounds():
