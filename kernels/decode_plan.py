@@ -52,11 +52,16 @@ MIN_SPLIT_TILES = 1
 # 76-79 %, 128 at 65-68 % (the probe above, before the merge read many splits at once).
 MAX_SPLITS = 32
 # The merge reads up to MERGE_SPLIT_BLOCK splits' partials as one [splits, rows, columns] fp32
-# tile of at most MERGE_TILE_ELEMENTS (32 KiB: 64 registers a thread at 4 warps), cutting the
-# head dim into as many programs as that takes (kernels.decode_forward.decode_merge_kernel):
-# MAX_SPLITS, so that the heuristic's splits are merged in one pass.
+# tile of at most MERGE_TILE_ELEMENTS, cutting the head dim into as many programs as that takes
+# (kernels.decode_forward.decode_merge_kernel): MAX_SPLITS, so that the heuristic's splits are
+# merged in one pass.  A small tile (4 KiB: 8 registers a thread at 4 warps) means more, shorter
+# programs, which is what a merge of a few microseconds wants: on the H100, graph-timed, bf16,
+# pages of 16 (reports/h100-sm90/kv-cache/merge-tile-3ab1a5a/), 1,024 elements against the 8,192
+# before: Sq 4, B 8, 1k keys, 27.0 -> 21.5 us a call (the merge 8.2 -> 2.7 us); Sq 4, B 1, 1k
+# 12.2 -> 9.3; Sq 1, B 1, 1k 10.2 -> 9.0; the other four of the seven cells within 0.2 % or
+# faster (2,048 and 4,096 elements in between).
 MERGE_SPLIT_BLOCK = MAX_SPLITS
-MERGE_TILE_ELEMENTS = 8192
+MERGE_TILE_ELEMENTS = 1024
 # The processors the heuristic fills where no GPU answers: Triton's CPU interpreter (a
 # stand-in that still gives a small batch several splits, so that path is the one tested)
 # and compile-only launches (CPU tensors standing in for a GPU's).
