@@ -271,6 +271,14 @@ def calls_per_sample(copies: int, timing_mode: str) -> int:
     return copies if timing_mode == "graph" else 1
 
 
+def last_words(stderr: str) -> str:
+    """What a child process that died said last about it: its first line naming an error, else
+    its last line (a CUDA error's own line, not the traceback's last frame)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line or "error" in line]
+    return (errors or lines or ["no output"])[0 if errors else -1][:300]
+
+
 def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
 

@@ -267,12 +267,6 @@ def _worker(args, out: pathlib.Path, names: list[str], budget_s: float | None = 
     return child
 
 
-def _last_words(stderr: str) -> str:
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if "Error" in line or "error" in line]
-    return (errors or lines or ["no output"])[0 if errors else -1][:300]
-
-
 def _record_command(out: pathlib.Path) -> None:
     """env.json's command: this supervising command, not the last child's (which wrote it)."""
     from conformance.running.environment import command_line
@@ -295,6 +289,8 @@ def supervise(args, out: pathlib.Path, cell_list, names: list[str]) -> None:
     so the loop always advances)."""
     from dataclasses import asdict
 
+    from conformance.bundled.benchmarks.decode import last_words
+
     started = time.monotonic()
 
     def budget_left():
@@ -312,7 +308,7 @@ def supervise(args, out: pathlib.Path, cell_list, names: list[str]) -> None:
             alone = _worker(argparse.Namespace(**{**vars(args), "only": cell.label}), out, [name])
             if (cell.label, name) not in _measured(out):
                 line = {"impl": name, **asdict(cell), "cache_bytes": cell.cache_bytes,
-                        "error": f"the process died (exit {alone.returncode}) measuring it alone: {_last_words(alone.stderr)}"}
+                        "error": f"the process died (exit {alone.returncode}) measuring it alone: {last_words(alone.stderr)}"}
                 with open(out / BENCHMARK_FILE, "a") as results:
                     results.write(json.dumps(line) + "\n")
 

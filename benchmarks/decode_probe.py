@@ -10,7 +10,11 @@ in the same rounds, each timed as the benchmark's --timing says (graph, the defa
 replayed from a CUDA graph over the cell's rotating cache copies; eager: Python calls).  Prints
 the best per cell and the heuristic's share of it; JSON lines with --out, each with the
 kernels a call ran and their device time (timing.kernel_times) under --profile.  A cell is
-dtype:page:seq_q:batch:context[:head_dim] (head dim 128 if left out).
+dtype:page:seq_q:batch:context[:head_dim] (head dim 128 if left out).  Several cells are
+probed one child process each (supervise): a CUDA error such as an illegal memory access
+poisons the process it happens in, and graph captures of several implementations in one
+process have met one (reports/h100-sm90/kv-cache/graph-illegal-access/); a child that dies
+leaves its cell's line in --out as an error, and the next cell runs in a fresh process.
 
     python benchmarks/decode_probe.py [--cells bf16:16:1:1:131072,...] [--splits 0,16,...]
                                       [--peers flag_paged] [--configs 64x4x2,...] [--timing eager]
@@ -23,6 +27,7 @@ import argparse
 import itertools
 import json
 import pathlib
+import subprocess
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -99,6 +104,42 @@ def probe(cell: decode.Cell, splits=SPLITS, peers=(), configs=CONFIGS, timing_mo
     return lines  # the cell's tensors go with the calls that hold them
 
 
+def cell_text(cell: decode.Cell) -> str:
+    """`cell` as --cells names it (parse_cell's inverse)."""
+    return f"{cell.dtype}:{cell.page_size}:{cell.seq_q}:{cell.batch}:{cell.context}:{cell.head_dim}"
+
+
+def child_arguments(args, cell: decode.Cell) -> list[str]:
+    """The command-line arguments that probe `cell` alone as `args` would."""
+    return ["--splits", args.splits, "--peers", args.peers, "--timing", args.timing, "--cells", cell_text(cell),
+            *(["--configs", args.configs] if args.configs else []), *(["--profile"] if args.profile else []),
+            *(["--out", str(args.out)] if args.out else [])]
+
+
+def run_child(arguments: list[str]) -> subprocess.CompletedProcess:
+    """This script in a child process (stdout passed through, stderr kept and echoed)."""
+    child = subprocess.run([sys.executable, str(pathlib.Path(__file__).resolve()), *arguments],
+                           stderr=subprocess.PIPE, text=True)
+    sys.stderr.write(child.stderr)
+    return child
+
+
+def supervise(args, cells: list, run=run_child) -> int:
+    """Probe each of `cells` in a child process of its own; where one dies, say so and record
+    its cell as an error line in --out (its variants' lines are written only once the cell is
+    done, so a dead child left none)."""
+    for cell in cells:
+        child = run(child_arguments(args, cell))
+        if child.returncode == 0:
+            continue
+        error = f"the probing process died (exit {child.returncode}): {decode.last_words(child.stderr)}"
+        print(f"{cell.label:34s} {error}", flush=True)
+        if args.out:
+            with args.out.open("a") as sink:
+                sink.write(json.dumps({"cell": cell.label, "error": error}) + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", help="comma-separated dtype:page:seq_q:batch:context (default: the slow cells)")
@@ -112,6 +153,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=pathlib.Path, help="JSON lines, one per (cell, variant)")
     args = parser.parse_args(argv)
     cells = [parse_cell(text) for text in args.cells.split(",")] if args.cells else DEFAULT_CELLS
+    if len(cells) > 1:
+        return supervise(args, cells)
     splits = tuple(int(count) for count in args.splits.split(","))
     peers = tuple(name for name in args.peers.split(",") if name)
     copy = decode.copy_bandwidth(decode.POLICY)

@@ -191,3 +191,35 @@ def test_a_timing_result_becomes_a_line_s_fields_per_call():
     fields = decode.timed_fields(cell, (0.04, [0.03, 0.04, 0.05]), per_sample=4)
     assert fields == {"ms": 0.01, "samples": 3, "bandwidth": cell.cache_bytes / 1e-5}
     assert decode.timed_fields(cell, RuntimeError("no"), per_sample=4) == {"error": "RuntimeError: no"}
+
+
+def test_the_probe_runs_each_cell_in_a_process_of_its_own_and_records_one_that_dies(tmp_path):
+    """decode_probe's supervisor with a stand-in child: three cells, three children, each named
+    one cell with the same options; the second dies of a CUDA error, which its cell's line in
+    --out says, and the third still runs."""
+    import argparse
+    import subprocess
+
+    from conformance.bundled.benchmarks import decode_probe
+
+    cells = [decode_probe.parse_cell(text) for text in ("bf16:16:1:1:1024", "bf16:64:4:8:4096", "fp16:16:1:1:1024:64")]
+    assert [decode_probe.parse_cell(decode_probe.cell_text(cell)) for cell in cells] == cells
+    out = tmp_path / "probe.jsonl"
+    args = argparse.Namespace(splits="0,8", peers="flex", timing="graph", configs="128x4x2", profile=True, out=out)
+    children = []
+
+    def child(arguments):
+        children.append(arguments)
+        if len(children) == 2:
+            return subprocess.CompletedProcess([], 1, stderr="Traceback (most recent call last):\n"
+                                               "torch.AcceleratorError: CUDA error: an illegal memory access\n")
+        return subprocess.CompletedProcess([], 0, stderr="")
+
+    assert decode_probe.supervise(args, cells, run=child) == 0
+    assert [arguments[arguments.index("--cells") + 1] for arguments in children] == [
+        "bf16:16:1:1:1024:128", "bf16:64:4:8:4096:128", "fp16:16:1:1:1024:64"]
+    assert all(arguments[:6] == ["--splits", "0,8", "--peers", "flex", "--timing", "graph"]
+               and arguments[-5:] == ["--configs", "128x4x2", "--profile", "--out", str(out)] for arguments in children)
+    (line,) = [json.loads(text) for text in out.read_text().splitlines()]
+    assert line["cell"] == cells[1].label
+    assert line["error"] == "the probing process died (exit 1): torch.AcceleratorError: CUDA error: an illegal memory access"
