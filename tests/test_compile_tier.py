@@ -276,3 +276,16 @@ def test_one_real_compile_of_a_packed_batch_for_sm_80(tmp_path):
     assert not any(case.startswith("compile.call[") for case in outcome.results)  # no call refused
     cases = [tier.results_line(event, profile)["case"] for event in outcome.results.values()]
     assert cases == ["compile.fwd[cuda:sm_80,fp16,d16,causal,varlen]"]
+
+
+def test_the_kv_cache_merge_is_compiled_per_head_dim_it_covers(tmp_path):
+    """The merge cuts the head dim into DIM_CHUNKS programs of BLOCK_D columns: at D 128 its
+    launch is named d128 (2 chunks of 64 here), not d64, which would read as D 64's launch again
+    and be skipped as compiled already."""
+    profile = cuda_profile((8, 0))
+    outcome = tier.run_chunk(profile, [plan.Call(plan.KV_CACHE, "fp16", 64, True, backward=False),
+                                       plan.Call(plan.KV_CACHE, "fp16", 128, True, backward=False)], str(tmp_path))
+    merges = {line["case"]: line["config"] for line in (tier.results_line(e, profile) for e in outcome.results.values())
+              if line["kernel"] == "decode_merge"}
+    assert set(merges) == {"compile.decode_merge[cuda:sm_80,fp16,d64]", "compile.decode_merge[cuda:sm_80,fp16,d128]"}
+    assert merges["compile.decode_merge[cuda:sm_80,fp16,d128]"]["DIM_CHUNKS"] * 64 == 128

@@ -102,14 +102,16 @@ class Compiler:
 
         name = KERNEL_NAMES.get(kernel.__name__, kernel.__name__)
         config = launch_config(kwargs)
+        # The (padded) head dim a launch covers: BLOCK_D, or for the KV-cache merge, which cuts
+        # it into DIM_CHUNKS programs of BLOCK_D columns each, their product -- so that its
+        # launches at D 128 and 256 keep ids of their own rather than repeat D 64's.
+        head_dim = kwargs["BLOCK_D"] * kwargs.get("DIM_CHUNKS", 1)
         swept_kernel, _, swept = (self.config or "").partition(":")
-        case_id = compile_id(name, self.target_key, self.dtype, kwargs["BLOCK_D"], config,
-                             swept if swept_kernel == name else None)
+        case_id = compile_id(name, self.target_key, self.dtype, head_dim, config, swept if swept_kernel == name else None)
         if case_id in self.skip:
             return
         self.skip.add(case_id)
-        described = {"id": case_id, "kernel": name, "dtype": self.dtype, "head_dim": kwargs["BLOCK_D"],
-                     "config": config}
+        described = {"id": case_id, "kernel": name, "dtype": self.dtype, "head_dim": head_dim, "config": config}
         emit({"event": "start", **described})
         result = {"event": "result", **described}
         started = time.perf_counter()
