@@ -192,7 +192,7 @@ def decode_split_kernel(
         in_cache = cols < context_len  # the last page's slots past L hold no key of this sequence
         pages, slots = cache_slots(table_row, cols, context_len, page_size, stride_tp, batch, PAGED)
         k_rows = slot_offsets(pages, slots, stride_kp, stride_ks)
-        if HEAD_CHUNK:  # keys past L read a slot of page 0, which exists; their scores are masked
+        if HEAD_CHUNK:  # keys past L read a slot that exists (cache_slots); their scores are masked
             raw = sliced_products(q_base, q_rows, 1, stride_qd, None, k_base, k_rows, 1, stride_kd, None,
                                   head_dim, BLOCK_D, HEAD_CHUNK, INTERPRETED)
         else:
