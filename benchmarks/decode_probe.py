@@ -155,27 +155,26 @@ def main(argv=None) -> int:
     cells = [parse_cell(text) for text in args.cells.split(",")] if args.cells else DEFAULT_CELLS
     if len(cells) > 1:
         return supervise(args, cells)
+    (cell,) = cells
     splits = tuple(int(count) for count in args.splits.split(","))
     peers = tuple(name for name in args.peers.split(",") if name)
     copy = decode.copy_bandwidth(decode.POLICY)
     print(f"copy bandwidth {copy / 1e9:.0f} GB/s", flush=True)
     configs = [parse_config(text) for text in args.configs.split(",")] if args.configs else CONFIGS
-    for cell in cells:
-        lines = probe(cell, splits, peers, configs, args.timing, args.profile)
-        torch.cuda.empty_cache()
-        if args.out:
-            with args.out.open("a") as sink:
-                sink.writelines(json.dumps({**line, "copy_bandwidth": copy}) + "\n" for line in lines)
-        timed = sorted((line for line in lines if "ms" in line), key=lambda line: line["ms"])
-        if not timed:
-            # A CUDA error is sticky: a peer's illegal access fails every later call of the process.
-            print(f"{cell.label:34s} every variant failed: {lines[0].get('error', '')[:120]}", flush=True)
-            continue
-        table = next(line for line in lines if line["variant"] == "table/0")
-        best = timed[0]
-        print(f"{cell.label:34s} table {table.get('bandwidth', 0) / copy:5.0%}  best {best['variant']:16s} "
-              f"{best['bandwidth'] / copy:5.0%}  next " + ", ".join(
-                  f"{line['variant']} {line['bandwidth'] / copy:.0%}" for line in timed[1:5]), flush=True)
+    lines = probe(cell, splits, peers, configs, args.timing, args.profile)
+    if args.out:
+        with args.out.open("a") as sink:
+            sink.writelines(json.dumps({**line, "copy_bandwidth": copy}) + "\n" for line in lines)
+    timed = sorted((line for line in lines if "ms" in line), key=lambda line: line["ms"])
+    if not timed:
+        # A CUDA error is sticky: one implementation's illegal access fails every later call of the process.
+        print(f"{cell.label:34s} every variant failed: {lines[0].get('error', '')[:120]}", flush=True)
+        return 0
+    table = next(line for line in lines if line["variant"] == "table/0")
+    best = timed[0]
+    print(f"{cell.label:34s} table {table.get('bandwidth', 0) / copy:5.0%}  best {best['variant']:16s} "
+          f"{best['bandwidth'] / copy:5.0%}  next " + ", ".join(
+              f"{line['variant']} {line['bandwidth'] / copy:.0%}" for line in timed[1:5]), flush=True)
     return 0
 
 

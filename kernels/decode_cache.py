@@ -18,6 +18,13 @@ import triton.language as tl
 from .blocks import below, head_offset, load_tile, program_coordinates
 
 
+def table_arguments(table, stand_in) -> tuple:
+    """BLOCK_TABLE, stride_tb, stride_tp as the kernels here take them: a paged cache's block
+    table and its strides, or for a contiguous cache (table None, the kernels' PAGED False),
+    which no kernel reads a table of, `stand_in` (any int32 tensor of the call) and strides 0."""
+    return (stand_in, 0, 0) if table is None else (table, *table.stride())
+
+
 @triton.jit
 def cache_slots(TABLE_ROW, positions, length, page_size, stride_table_page, sequence, PAGED: tl.constexpr):
     """(page, slot) of key positions `positions` of sequence `sequence` (int64), its block-table

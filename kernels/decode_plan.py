@@ -38,7 +38,8 @@ from .validation import DTYPE_NAMES
 # 1k: 4 splits 54 %, 8 45 %; B 128, 1k: 1 split 94 %.  Long caches want the deep end
 # (reports/h100-sm90/kv-cache/split-probe/: B 8 with 128k keys, 16 splits 99-100 % where 9
 # read 84-85 %; B 1 with 128k, 32 splits 87-89 %, 64 76-79 %).  Since the merge reads every
-# split in one pass (2-2.5 us a call where it took 4.4-7.8), a split of one tile pays where
+# split in one pass (1.9-2.7 us a call in reports/h100-sm90/kv-cache/merge-tile-3ab1a5a/'s
+# cells but Sq 4 with 32 splits, 4.3; the two-pass merge took 4.4-7.8), a split of one tile pays where
 # two tiles a split leave processors idle (reports/h100-sm90/kv-cache/merge-one-pass/: B 1,
 # 1k keys, 8 splits 10.0-10.3 us a call against 4 splits' 12.3-12.7; B 1, 4k, 32 splits 38 %
 # of the copy bandwidth against 16 splits' 33-34 %).

@@ -29,7 +29,7 @@ import torch
 
 from .allocation import new_output
 from . import decode_steps, replay, step_replay, value_check
-from .decode_cache import append_kernel
+from .decode_cache import append_kernel, table_arguments
 from .decode_forward import decode_merge_kernel, decode_split_kernel
 from .decode_plan import launch_plan
 from .flash import contiguous
@@ -97,14 +97,12 @@ class DecodeProblem:
         values' check, a paged cache."""
         return dict(CAUSAL=self.causal, WINDOW=self.band is not None, SOFTCAP=self.softcap is not None,
                     ALIBI=self.alibi_slopes is not None, DEQUANTIZE=self.dequantize,
-                    CHECKED=self.value_check is not None, PAGED=self.block_table is not None)
+                    CHECKED=self.value_check is not None, PAGED=self.layout.paged)
 
     def table_args(self) -> tuple:
-        """BLOCK_TABLE, stride_tb, stride_tp as the kernels take them: a contiguous cache's
-        kernels (PAGED False) never read a table, and get the context lengths standing in."""
-        if self.block_table is None:
-            return self.context_lens, 0, 0
-        return self.block_table, *self.block_table.stride()
+        """BLOCK_TABLE, stride_tb, stride_tp as the kernels take them (decode_cache.table_arguments;
+        a contiguous cache's kernels get the context lengths standing in)."""
+        return table_arguments(self.block_table, self.context_lens)
 
     def value_flags(self) -> torch.Tensor:
         """The values' check's per-sequence flags the kernels read (CHECKED), else any int32
@@ -145,30 +143,29 @@ def _check_arguments(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_n
     scale = 1.0 / math.sqrt(layout.head_dim) if sm_scale is None else check_sm_scale(sm_scale)
     splits, softcap = check_num_splits(num_splits), check_optional_softcap(softcap)
     # Last, once every other argument is known good: the values' check is launched, not yet read.
-    table, context_lens, slopes, pending = _call_tensors(layout, cache_seqlens, block_table, alibi_slopes,
-                                                         k_cache.shape[0], check_values)
-    return DecodeProblem(layout, table, context_lens, causal, band, softcap, slopes, scale, descales,
+    context_lens, slopes, pending = _call_tensors(layout, cache_seqlens, block_table, alibi_slopes,
+                                                  k_cache.shape[0], check_values)
+    return DecodeProblem(layout, block_table, context_lens, causal, band, softcap, slopes, scale, descales,
                          k_cache.dtype in FP8, splits, target, pending)
 
 
 def _call_tensors(layout: Layout, cache_seqlens, block_table, alibi_slopes, num_pages: int, check_values: bool):
-    """The tensors a call makes from its arguments (checked ones): the block table the kernels
-    read (None for a contiguous cache), the context lengths L_b (int32, contiguous), the ALiBi
-    slopes contiguous, and the values' check, started (None without check_values)."""
-    table = block_table if layout.paged else None
-    pending = value_check.start(cache_seqlens, layout.appended, layout.capacity, table, num_pages,
+    """The tensors a call makes from its arguments (checked ones): the context lengths L_b
+    (int32, contiguous), the ALiBi slopes contiguous, and the values' check, started (None
+    without check_values)."""
+    pending = value_check.start(cache_seqlens, layout.appended, layout.capacity, block_table, num_pages,
                                 layout.page_size) if check_values else None
     context_lens = cache_seqlens + layout.appended if layout.appended else cache_seqlens.contiguous()
-    return table, context_lens, contiguous(alibi_slopes), pending
+    return context_lens, contiguous(alibi_slopes), pending
 
 
-def _roles(tensors: tuple, table, context_lens, pending, slopes, out, lse) -> tuple:
+def _roles(tensors: tuple, context_lens, pending, slopes, out, lse) -> tuple:
     """A call's own tensors, in the order its steps name them (kernels.step_replay): its
-    arguments (q, caches, lengths, new tokens), the tensors made from them (_call_tensors), its
-    outputs."""
-    q, k_cache, v_cache, cache_seqlens, _, k_new, v_new, _ = tensors
+    arguments (q, caches, lengths, new tokens, block table), the tensors made from them
+    (_call_tensors), its outputs."""
+    q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, _ = tensors
     flags = None if pending is None else pending.flags
-    return q, k_cache, v_cache, cache_seqlens, k_new, v_new, table, context_lens, flags, slopes, out, lse
+    return q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table, context_lens, flags, slopes, out, lse
 
 
 def _new_outputs(q, batch: int, heads: int, seq_q: int):
@@ -187,7 +184,7 @@ def _append(k_new, v_new, k_cache, v_cache, cache_seqlens, problem: DecodeProble
            *k_new.stride(), *v_new.stride(), *k_cache.stride(), *v_cache.stride(), *table_strides,
            layout.kv_heads, layout.seq_q, layout.page_size, head_dim_bound(layout.head_dim, block_d),
            layout.batch, BLOCK_M=APPEND_TOKENS, BLOCK_D=block_d, CHECKED=problem.value_check is not None,
-           PAGED=problem.block_table is not None)
+           PAGED=layout.paged)
 
 
 def _attend(q, k_cache, v_cache, problem: DecodeProblem):
@@ -275,10 +272,10 @@ def kv_cache_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, 
     step = None if key is None else _STEPS.get(key)
     if step is not None:  # a signature seen before: its launches again, with this call's tensors
         layout, configs = step.data
-        table, context_lens, slopes, pending = _call_tensors(layout, cache_seqlens, block_table, alibi_slopes,
-                                                             k_cache.shape[0], check_values)
+        context_lens, slopes, pending = _call_tensors(layout, cache_seqlens, block_table, alibi_slopes,
+                                                      k_cache.shape[0], check_values)
         out, lse = _new_outputs(q, layout.batch, layout.heads, layout.seq_q)
-        step_replay.launch(step, _roles(tensors, table, context_lens, pending, slopes, out, lse), q.device)
+        step_replay.launch(step, _roles(tensors, context_lens, pending, slopes, out, lse), q.device)
         for kernel, config in configs:
             record_launch(kernel, config)
     else:
@@ -294,7 +291,7 @@ def kv_cache_attention(q, k_cache, v_cache, cache_seqlens, *, block_table=None, 
             record_launch(kernel, config)
         pending = problem.value_check
         if key is not None:
-            roles = _roles(tensors, problem.block_table, problem.context_lens, pending, problem.alibi_slopes, out, lse)
+            roles = _roles(tensors, problem.context_lens, pending, problem.alibi_slopes, out, lse)
             _keep_step(key, step_replay.record(launches, roles, (problem.layout, tuple(configs.items()))))
     if pending is not None:
         value_check.finish(pending)  # raises where a value leaves the cache

@@ -23,7 +23,7 @@ import threading
 
 import torch
 
-from .decode_cache import cache_values_kernel
+from .decode_cache import cache_values_kernel, table_arguments
 from .launch import launch, launches_on_device
 from .validation import check_cache_values
 
@@ -60,9 +60,8 @@ def start(cache_seqlens: torch.Tensor, appended: int, capacity: int, table: torc
         raise ValueError("check_values: the values of cache_seqlens and block_table cannot be read back while a "
                          "CUDA graph is captured; pass check_values=False (and check them outside the graph)")
     flags = torch.empty(batch, dtype=torch.int32, device=device)
-    # Without a table (PAGED False) the kernel reads none: the lengths stand in for it.
-    table_args = (cache_seqlens, 0, 0) if table is None else (table, *table.stride())
-    launch(cache_values_kernel, batch, 1, cache_seqlens, table_args[0], flags, *table_args[1:],
+    read_table, *table_strides = table_arguments(table, cache_seqlens)
+    launch(cache_values_kernel, batch, 1, cache_seqlens, read_table, flags, *table_strides,
            appended, capacity, num_pages, page_size, PAGED=table is not None, BLOCK=VALUE_CHECK_BLOCK)
     if device.type != "cuda":  # the interpreter: the answer is there already
         return PendingCheck(flags, flags, None, arguments)
