@@ -17,9 +17,9 @@ from kv_cache_oracle import bits, valid_arguments  # noqa: E402
 
 @pytest.mark.parametrize("paged", [False, True])
 def test_only_a_paged_cache_s_kernels_read_a_block_table(monkeypatch, paged):
-    """Every kernel of a call (the values' check, the append, the split) is told whether the
-    cache is paged; a contiguous cache's kernels address it by position alone, with no table
-    made for them (kernels.decode_cache.cache_slots), so a captured graph holds none."""
+    """The append and split kernels are told whether the cache is paged (the merge reads no
+    cache; the values' check launches from kernels.value_check, not seen here); a contiguous
+    cache's kernels address it by position alone (kernels.decode_cache.cache_slots)."""
     from conformance.bundled.kernels import kv_cache
 
     flags, real_launch = [], kv_cache.launch
