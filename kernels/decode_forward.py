@@ -222,14 +222,14 @@ def decode_split_kernel(
 @triton.jit
 def split_partials(PARTIAL_OUT, PARTIAL_LSE, first_slot, splits, num_splits, rows, rows_total, dims, head_dim,
                    stride_ps, stride_pm, stride_pd, stride_ls):
-    """A block of splits' log-normalizers [splits, rows] and normalised outputs [splits, rows,
+    """A block of splits' log-normalizers [rows, splits] and normalised outputs [rows, splits,
     columns]; splits past num_splits and padding rows read lse -inf (weight 0) and out 0."""
-    real_rows = (splits < num_splits)[:, None] & (rows < rows_total)[None, :]
-    split_lse = tl.load(PARTIAL_LSE + (first_slot + splits)[:, None] * stride_ls + rows[None, :], mask=real_rows,
+    real_rows = (rows < rows_total)[:, None] & (splits < num_splits)[None, :]
+    split_lse = tl.load(PARTIAL_LSE + (first_slot + splits)[None, :] * stride_ls + rows[:, None], mask=real_rows,
                         other=float("-inf"))
     real = real_rows[:, :, None] & below(dims, head_dim)[None, None, :]
-    partial = tl.load(PARTIAL_OUT + (first_slot + splits)[:, None, None] * stride_ps
-                      + rows[None, :, None] * stride_pm + dims[None, None, :] * stride_pd, mask=real, other=0.0)
+    partial = tl.load(PARTIAL_OUT + (first_slot + splits)[None, :, None] * stride_ps
+                      + rows[:, None, None] * stride_pm + dims[None, None, :] * stride_pd, mask=real, other=0.0)
     return split_lse, partial
 
 
@@ -245,8 +245,8 @@ def decode_merge_kernel(
     INTERPRETED: tl.constexpr,
 ):
     """One (row tile, BLOCK_D columns of the head dim) of one (sequence, kv head).  The splits
-    are read SPLIT_BLOCK at a time as one [splits, rows, columns] tile, lse and outputs in the
-    same pass (an online max, as the split kernel's over keys): one memory round trip for up to
+    are read SPLIT_BLOCK at a time as one [rows, splits, columns] tile, lse and outputs in the
+    same pass (the online softmax of the split kernel, over splits): one memory round trip for up to
     SPLIT_BLOCK splits.  The row tile is the (sequence, kv head)'s rows, no more (no tl.dot
     here asks for 16), and the head dim is cut into DIM_CHUNKS programs to keep that tile in
     registers and give a small batch more programs (kernels.decode_plan)."""
@@ -257,21 +257,21 @@ def decode_merge_kernel(
     first_slot = batch_head.to(tl.int64) * num_splits
     split_offsets = tl.arange(0, SPLIT_BLOCK)
 
+    # The splits' lse are the "scores" of an online softmax whose weights exp(lse_s - m) are the
+    # splits' shares of each row's normalizer (kernels.blocks.online_softmax_weights with scale
+    # log2(e), so its exp2 is exp): the same running max, rescale and Kahan-compensated sum as
+    # the split kernel's over keys.
     top = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     total = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    total_error = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     for first in range(0, num_splits, SPLIT_BLOCK):
         split_lse, partial = split_partials(PARTIAL_OUT, PARTIAL_LSE, first_slot, first + split_offsets, num_splits,
                                             rows, rows_total, dims, head_dim, stride_ps, stride_pm, stride_pd,
                                             stride_ls)
-        new_top = tl.maximum(top, tl.max(split_lse, axis=0))
-        safe_top = tl.where(new_top == float("-inf"), 0.0, new_top)  # every split empty so far: weights 0, no NaN
-        rescale = tl.exp(top - safe_top)  # the blocks before, relative to the new largest lse
-        # split s's share of the row's normalizer, relative to the largest
-        weight = tl.exp(split_lse - safe_top[None, :])
-        total = total * rescale + tl.sum(weight, axis=0)
-        acc = acc * rescale[:, None] + tl.sum(weight[:, :, None] * partial, axis=0)
-        top = new_top
+        weight, rescale, top, total, total_error = online_softmax_weights(split_lse, top, total, total_error,
+                                                                          LOG2_E)
+        acc = acc * rescale[:, None] + tl.sum(weight[:, :, None] * partial, axis=1)
     # finished_rows with scale 1: out = acc / total and lse = m + log(total), 0 and -inf where total is 0.
     out, lse = finished_rows(acc, top, total, 1.0)
     store_rows(O, LSE, out, lse, batch, rows, tokens, heads, dims, stride_ob, stride_om, stride_oh, stride_od,

@@ -52,7 +52,7 @@ MIN_SPLIT_TILES = 1
 # reads back: for B 1 on the H100, 32 splits read at 87-89 % of the copy bandwidth, 64 at
 # 76-79 %, 128 at 65-68 % (the probe above, before the merge read many splits at once).
 MAX_SPLITS = 32
-# The merge reads up to MERGE_SPLIT_BLOCK splits' partials as one [splits, rows, columns] fp32
+# The merge reads up to MERGE_SPLIT_BLOCK splits' partials as one [rows, splits, columns] fp32
 # tile of at most MERGE_TILE_ELEMENTS, cutting the head dim into as many programs as that takes
 # (kernels.decode_forward.decode_merge_kernel): MAX_SPLITS, so that the heuristic's splits are
 # merged in one pass.  A small tile (4 KiB: 8 registers a thread at 4 warps) means more, shorter

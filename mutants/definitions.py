@@ -214,8 +214,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("kv_cache_merge_without_rescale",
            "kv_cache_attention's merge sums the splits' normalised outputs without their weights "
            "exp(lse_s - m) (exact with one split that sees keys)",
-           (Edit("decode_forward.py", "acc = acc * rescale[:, None] + tl.sum(weight[:, :, None] * partial, axis=0)",
-                 "acc = acc * rescale[:, None] + tl.sum(partial, axis=0)"),)),
+           (Edit("decode_forward.py", "acc = acc * rescale[:, None] + tl.sum(weight[:, :, None] * partial, axis=1)",
+                 "acc = acc * rescale[:, None] + tl.sum(partial, axis=1)"),)),
     Mutant("kv_cache_empty_split_lse_zero",
            "kv_cache_attention: a split that sees no key writes lse 0 instead of -inf, so the merge "
            "weighs its output of 0 in",
