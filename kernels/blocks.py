@@ -6,7 +6,8 @@ probabilities.  The forward and backward kernels (and their variants) are
 written from these, so a fix or a backend quirk is handled in one place.  The
 variants' own blocks sit beside them: kernels.bands (the sliding window's mask and
 tile bounds), kernels.scores (softcap, ALiBi, and the probabilities the backward
-rebuilds), kernels.sequences (where a packed sequence lies).
+rebuilds), kernels.sequences (where a packed sequence lies), kernels.dropout (the keep
+mask).
 
 Conventions: tiles are 2-D, rows first; a "row" offset vector indexes the
 sequence axis and a "col" offset vector the head-dim axis.  Scores are kept in
@@ -382,41 +383,3 @@ def softmax_gradient(p, dp, delta):
     """dS = P * (dP - delta), fp32: the softmax backward of one tile, for delta (one value
     per query row) broadcast to the tile's shape."""
     return p * (dp - delta)
-
-
-@triton.jit
-def dropout_keep(seed_lo, seed_hi, threshold, batch_head, rows, col_start, BLOCK_N: tl.constexpr):
-    """Dropout keep mask of the tile (rows, col_start + [0, BLOCK_N)) of one batch x head
-    slice; col_start must be a multiple of 4.
-
-    A pure function of (seed, batch_head, query row, key col), so the forward, both
-    backward kernels and the mask materialiser agree bit for bit whatever their tiling.
-    Philox-4x32-10 is keyed by the 64-bit seed and counts (key // 4, row, batch_head, 0)
-    in four separate 32-bit words; its four output words serve keys 4q .. 4q+3, so one
-    call covers four weights (a quarter of the integer work and of the register
-    pressure of one call per weight).  Collision-free for any B*H, Sq, Sk < 2^32, where
-    one flat int64 offset would not be portable: tl.rand/tl.randint feed int64 offsets
-    to 64-bit Philox in triton 3.2 but split them into two 32-bit words in 3.9, another
-    stream.  philox_impl has the same 32-bit path in 3.2 ... 3.9.
-
-    Kept iff the top 31 bits of the word >= threshold = floor(p * 2^31): an integer
-    comparison, so no float conversion can differ between versions or backends.
-    """
-    tl.static_assert(BLOCK_N % 4 == 0, "dropout_keep: BLOCK_N must be a multiple of 4")
-    quads = col_start // 4 + tl.arange(0, BLOCK_N // 4)
-    zero = tl.zeros((rows.shape[0], BLOCK_N // 4), dtype=tl.uint32)
-    w0, w1, w2, w3 = tl.philox_impl(zero + quads[None, :].to(tl.uint32),
-                                    zero + rows[:, None].to(tl.uint32),
-                                    zero + batch_head.to(tl.uint32), zero,
-                                    seed_lo.to(tl.uint32, bitcast=True),
-                                    seed_hi.to(tl.uint32, bitcast=True))
-    # join adds a new minor dimension: join(join(w0, w2), join(w1, w3))[r, q, a, b] is
-    # word 2a + b, which row-major reshaping puts at key 4q + 2a + b.
-    bits = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), (rows.shape[0], BLOCK_N))
-    return (bits >> 1) >= threshold
-
-
-@triton.jit
-def dropped_value_gradient(dp, keep, keep_scale):
-    """dP of the un-dropped weights: dropped pairs get none, kept ones the 1/(1-p) rescale."""
-    return tl.where(keep, dp * keep_scale, 0.0)

@@ -2,7 +2,7 @@
 materialised for tests and for the reference paths to replay.
 
 The mask is a pure function of (seed, batch x head, query row, key col) and of p
-(see blocks.dropout_keep); it does not depend on the shapes, the causal mask or
+(see dropout_keep below); it does not depend on the shapes, the causal mask or
 any tiling, so `dropout_keep_mask` can produce any chunk of it that the chunked
 reference asks for, bit for bit what the forward and backward kernels used.
 """
@@ -15,12 +15,49 @@ import torch
 import triton
 import triton.language as tl
 
-from .blocks import dropout_keep
 from .launch import ceil_div, launch
 from .validation import check_dropout_p, check_dropout_seed
 
-_THRESHOLD_BITS = 31  # blocks.dropout_keep compares the top 31 random bits
+_THRESHOLD_BITS = 31  # dropout_keep compares the top 31 random bits
 _MASK_BLOCK = 64  # materialiser tile: rows x keys (test-only, never tuned)
+
+
+@triton.jit
+def dropout_keep(seed_lo, seed_hi, threshold, batch_head, rows, col_start, BLOCK_N: tl.constexpr):
+    """Dropout keep mask of the tile (rows, col_start + [0, BLOCK_N)) of one batch x head
+    slice; col_start must be a multiple of 4.
+
+    A pure function of (seed, batch_head, query row, key col), so the forward, both
+    backward kernels and the mask materialiser agree bit for bit whatever their tiling.
+    Philox-4x32-10 is keyed by the 64-bit seed and counts (key // 4, row, batch_head, 0)
+    in four separate 32-bit words; its four output words serve keys 4q .. 4q+3, so one
+    call covers four weights (a quarter of the integer work and of the register
+    pressure of one call per weight).  Collision-free for any B*H, Sq, Sk < 2^32, where
+    one flat int64 offset would not be portable: tl.rand/tl.randint feed int64 offsets
+    to 64-bit Philox in triton 3.2 but split them into two 32-bit words in 3.9, another
+    stream.  philox_impl has the same 32-bit path in 3.2 ... 3.9.
+
+    Kept iff the top 31 bits of the word >= threshold = floor(p * 2^31): an integer
+    comparison, so no float conversion can differ between versions or backends.
+    """
+    tl.static_assert(BLOCK_N % 4 == 0, "dropout_keep: BLOCK_N must be a multiple of 4")
+    quads = col_start // 4 + tl.arange(0, BLOCK_N // 4)
+    zero = tl.zeros((rows.shape[0], BLOCK_N // 4), dtype=tl.uint32)
+    w0, w1, w2, w3 = tl.philox_impl(zero + quads[None, :].to(tl.uint32),
+                                    zero + rows[:, None].to(tl.uint32),
+                                    zero + batch_head.to(tl.uint32), zero,
+                                    seed_lo.to(tl.uint32, bitcast=True),
+                                    seed_hi.to(tl.uint32, bitcast=True))
+    # join adds a new minor dimension: join(join(w0, w2), join(w1, w3))[r, q, a, b] is
+    # word 2a + b, which row-major reshaping puts at key 4q + 2a + b.
+    bits = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), (rows.shape[0], BLOCK_N))
+    return (bits >> 1) >= threshold
+
+
+@triton.jit
+def dropped_value_gradient(dp, keep, keep_scale):
+    """dP of the un-dropped weights: dropped pairs get none, kept ones the 1/(1-p) rescale."""
+    return tl.where(keep, dp * keep_scale, 0.0)
 
 
 def _as_int32(word: int) -> int:

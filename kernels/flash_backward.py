@@ -40,8 +40,6 @@ from .bands import masked_at_band_edges, window_key_tiles, window_query_tiles
 from .blocks import (
     causal_key_end,
     causal_query_start,
-    dropout_keep,
-    dropped_value_gradient,
     first_unmasked_row,
     head_offset,
     load_head_tile,
@@ -57,6 +55,7 @@ from .blocks import (
     tile_source,
     value_gradient,
 )
+from .dropout import dropout_keep, dropped_value_gradient
 from .head_slices import kept_operand, sliced_products
 from .scores import head_slope, probabilities, through_softcap
 from .sequences import at_token, row_stats, sequence_span, streamed_rows

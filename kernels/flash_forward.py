@@ -20,7 +20,6 @@ from .blocks import (
     LOG2_E,
     causal_key_end,
     off_band_end,
-    dropout_keep,
     finished_rows,
     head_offset,
     load_rows,
@@ -32,6 +31,7 @@ from .blocks import (
     raw_scores,
     store_tile,
 )
+from .dropout import dropout_keep
 from .head_slices import kept_operand, sliced_products
 from .scores import head_slope, softmax_scale, softmax_scores
 from .sequences import at_token, row_stats, sequence_span, streamed_rows
