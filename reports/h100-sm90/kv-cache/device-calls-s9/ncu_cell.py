@@ -6,7 +6,6 @@ from conformance.backends import activate
 activate()
 import torch
 from conformance.bundled.benchmarks import decode
-sys.path.insert(0, "benchmarks")
 import decode_probe
 
 impl, text = sys.argv[1], sys.argv[2]

@@ -1,7 +1,7 @@
 """Registers and shared memory of the decode split kernel for sm_90, compiled here (no GPU):
 paged (pages of 16 and 64) and contiguous, bf16, D 128, Sq 1 and 4, H 32 / Hkv 8, unchecked,
-one split (B 128-like) and two. Run from the checkout with PYTHONPATH=.: python regs.py"""
-import os, sys, tempfile
+one split (B 128-like) and two. Run from the checkout with PYTHONPATH=.: python registers.py"""
+import os, tempfile
 from dataclasses import replace
 os.environ.pop("TRITON_INTERPRET", None)
 os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
