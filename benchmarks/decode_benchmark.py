@@ -244,7 +244,9 @@ def run_decode(out: pathlib.Path, cell_list, names, quick: bool, budget_s: float
     with open(out / BENCHMARK_FILE, "a") as results:
         for index, (cell, lacking) in enumerate(todo):
             if budget_s is not None and time.monotonic() - started > budget_s:
-                print(f"budget of {budget_s:.0f} s spent: {len(todo) - index} cells left for a resumed run", flush=True)
+                # A child of supervise() gets what was left of the run's --budget when it started.
+                print(f"time budget spent (this process's share: {budget_s:.0f} s): {len(todo) - index} cells left "
+                      "for a resumed run (the same command, the same --out)", flush=True)
                 break
             for line in decode.measure_cell(cell, lacking, policy, timing_mode):
                 results.write(json.dumps({**line, **note}) + "\n")
