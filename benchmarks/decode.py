@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import subprocess
+import sys
 from dataclasses import asdict, dataclass
 
 import torch
@@ -269,6 +271,15 @@ def _timed_callable(calls: list, timing_mode: str):
 def calls_per_sample(copies: int, timing_mode: str) -> int:
     """How many calls one timed sample of _timed_callable over `copies` calls holds."""
     return copies if timing_mode == "graph" else 1
+
+
+def run_script(script, arguments: list[str]) -> subprocess.CompletedProcess:
+    """`script` run by this Python in a child process with `arguments`: its stdout passed
+    through, its stderr kept (for last_words) and echoed.  The benchmark and the probe measure
+    in children because a CUDA error poisons the process it happens in."""
+    child = subprocess.run([sys.executable, str(script), *arguments], stderr=subprocess.PIPE, text=True)
+    sys.stderr.write(child.stderr)
+    return child
 
 
 def last_words(stderr: str) -> str:

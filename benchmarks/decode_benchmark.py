@@ -259,14 +259,14 @@ def run_decode(out: pathlib.Path, cell_list, names, quick: bool, budget_s: float
 
 def _worker(args, out: pathlib.Path, names: list[str], budget_s: float | None = None) -> subprocess.CompletedProcess:
     """This script in a child process measuring into `out` (stdout passed through, stderr kept)."""
-    command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", "--out", str(out), "--impls", ",".join(names),
-               *(["--quick"] if args.quick else []), *(["--only", args.only] if args.only else []),
-               *(["--dtypes", args.dtypes] if args.dtypes else []), "--timing", args.timing,
-               *(["--flag-attention", str(args.flag_attention)] if args.flag_attention else []),
-               *(["--budget", f"{budget_s:.0f}"] if budget_s is not None else [])]
-    child = subprocess.run(command, stderr=subprocess.PIPE, text=True)
-    sys.stderr.write(child.stderr)
-    return child
+    from conformance.bundled.benchmarks.decode import run_script
+
+    arguments = ["--worker", "--out", str(out), "--impls", ",".join(names),
+                 *(["--quick"] if args.quick else []), *(["--only", args.only] if args.only else []),
+                 *(["--dtypes", args.dtypes] if args.dtypes else []), "--timing", args.timing,
+                 *(["--flag-attention", str(args.flag_attention)] if args.flag_attention else []),
+                 *(["--budget", f"{budget_s:.0f}"] if budget_s is not None else [])]
+    return run_script(pathlib.Path(__file__).resolve(), arguments)
 
 
 def _record_command(out: pathlib.Path) -> None:

@@ -117,11 +117,8 @@ def child_arguments(args, cell: decode.Cell) -> list[str]:
 
 
 def run_child(arguments: list[str]) -> subprocess.CompletedProcess:
-    """This script in a child process (stdout passed through, stderr kept and echoed)."""
-    child = subprocess.run([sys.executable, str(pathlib.Path(__file__).resolve()), *arguments],
-                           stderr=subprocess.PIPE, text=True)
-    sys.stderr.write(child.stderr)
-    return child
+    """This script in a child process (decode.run_script)."""
+    return decode.run_script(pathlib.Path(__file__).resolve(), arguments)
 
 
 def supervise(args, cells: list, run=run_child) -> int:
