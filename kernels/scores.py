@@ -22,6 +22,10 @@ from .blocks import normalised
 
 # |x| below which tanh is the polynomial, above which it is built from exp (`tanh_and_slope`).
 TANH_POLYNOMIAL_BOUND = tl.constexpr(0.55)
+# exp(-2|x|) as exp2(-2 log2(e) |x|) (tanh_and_slope).
+MINUS_TWO_LOG2_E = tl.constexpr(-2.8853900817779268)
+# fp32's sign bit as an int32 (with_sign_of).
+SIGN_BIT = tl.constexpr(-2147483648)
 
 
 @triton.jit
@@ -48,11 +52,21 @@ def tanh_and_slope(x):
     Speed: a score then takes one more special-function (MUFU) operation, the exp, next
     to the softmax's exp2, and the special-function unit is what the forward waits on
     at head dim 128 (an H100 has 1/256 of its matrix throughput there).  So 1 / (1 + e),
-    1 + e in [1, 4/3] where it is used, is no division (a second MUFU operation) but a
-    quadratic fit (relative error 8e-4) and two Newton steps (error 4e-13), six FMAs.
+    1 + e in [1, 4/3] where it is used, is no division (a second MUFU operation, and
+    div.full's range checks) but a quadratic fit (relative error 8e-4) and two Newton
+    steps (error 4e-13), six FMAs.  Every other FP32 instruction counts as well: with
+    the cap the forward's FP32 pipe, not the matrix units, sets its pace (sm_90 SASS of
+    the bf16 D 128 forward's key loop: 28 FP32 instructions a score with tl.exp, a
+    where on the sign and 1 + e negated apart, 22 as below, 4 without the cap).  Hence
+    exp2 of one FMA, a * -2 log2(e) + 1, which gives 2e directly (tl.exp costs a multiply
+    by log2(e) and a subnormal-range fix-up of four instructions; 2e below 2^-126, |x| >
+    44, flushes to 0 where tanh is 1 either way); -(1 + e) formed once for the fit and
+    the Newton steps; and the odd function's sign put back with one bitwise operation
+    (integer pipe) instead of a compare and a second FMA.
 
-    Why fp16 and bf16 inputs take it too, though it makes their softcap +83..+184 % slower
-    than plain (H100, S = 8192, causal): lse is fp32 whatever the inputs, and the matched
+    Why fp16 and bf16 inputs take it too, though it makes their softcap +84..+158 % slower
+    than plain (H100, S = 8k and 16k, causal; +103..+200 % before the forms above:
+    reports/h100-sm90/variants/softcap-sass/): lse is fp32 whatever the inputs, and the matched
     torch path's lse of 16-bit inputs is fp32-accurate, so a tanh with an absolute error of
     an ulp of 1 fails the rule there.  Measured on the H100 in one call each
     (reports/h100-sm90/variants/softcap-tanh/) and refused: 1 - 2 / (1 + exp(2x)) (+38..+83 %;
@@ -64,21 +78,29 @@ def tanh_and_slope(x):
     u * (2 - u) above, which unlike 1 - t^2 keeps its relative accuracy (4e-6) where
     tanh rounds to 1."""
     a = tl.abs(x)
-    e = tl.exp(-2.0 * a)
-    denominator = 1.0 + e
-    reciprocal = (0.63659191 * denominator - 2.2314293) * denominator + 2.5940471
-    reciprocal = tl.math.fma(reciprocal, tl.math.fma(-denominator, reciprocal, 1.0), reciprocal)
-    reciprocal = tl.math.fma(reciprocal, tl.math.fma(-denominator, reciprocal, 1.0), reciprocal)
-    u = 2.0 * e * reciprocal
-    square = x * x
+    twice_e = tl.math.exp2(tl.math.fma(a, MINUS_TWO_LOG2_E, 1.0))  # 2 exp(-2|x|)
+    minus_denominator = tl.math.fma(twice_e, -0.5, -1.0)  # -(1 + e), exact but for one rounding
+    # The fit of 1 / d, d = 1 + e, written in -d: (0.63659191 d - 2.2314293) d + 2.5940471.
+    reciprocal = (0.63659191 * minus_denominator + 2.2314293) * minus_denominator + 2.5940471
+    reciprocal = tl.math.fma(reciprocal, tl.math.fma(minus_denominator, reciprocal, 1.0), reciprocal)
+    reciprocal = tl.math.fma(reciprocal, tl.math.fma(minus_denominator, reciprocal, 1.0), reciprocal)
+    u = twice_e * reciprocal
+    square = a * a
     poly = -6.2824637e-3 * square + 2.1077750e-2
     poly = poly * square - 5.3853855e-2
     poly = poly * square + 1.3332602e-1
     poly = poly * square - 3.3333319e-1
-    near_zero = tl.math.fma(poly * square, x, x)
+    near_zero = tl.math.fma(poly * square, a, a)
     small = a < TANH_POLYNOMIAL_BOUND
-    far = tl.where(x < 0, u - 1.0, 1.0 - u)
-    return tl.where(small, near_zero, far), tl.where(small, 1.0 - near_zero * near_zero, u * (2.0 - u))
+    magnitude = tl.where(small, near_zero, 1.0 - u)
+    return with_sign_of(magnitude, x), tl.where(small, 1.0 - near_zero * near_zero, u * (2.0 - u))
+
+
+@triton.jit
+def with_sign_of(magnitude, x):
+    """magnitude (>= 0, or NaN) carrying x's sign bit: copysign, one bitwise operation."""
+    sign = x.to(tl.int32, bitcast=True) & SIGN_BIT
+    return (magnitude.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
 
 
 @triton.jit
