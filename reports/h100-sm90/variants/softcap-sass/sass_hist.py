@@ -32,15 +32,18 @@ def hist(c):
         if m and ";" in line:
             ops[m.group(2)] += 1
     return ops
-q = torch.randn(1, 1024, 2, D).to(torch.bfloat16).requires_grad_(WANT != "flash_forward_kernel")
-for name, kw in (("plain", {}), ("softcap", {"softcap": 30.0})):
+q = torch.randn(1, 2, 1024, D).to(torch.bfloat16).requires_grad_(WANT != "flash_forward_kernel")
+VARIANTS = {"plain": {}, "softcap": {"softcap": 30.0},
+            "alibi": {"alibi_slopes": torch.tensor([0.5, 0.25])}}
+for name in (os.environ.get("VARIANTS") or "plain,softcap").split(","):
+    kw = VARIANTS[name]
     seen.clear()
     try:
         out = kernels.flash_attention(q, q, q, causal=True, **kw)
         if WANT != "flash_forward_kernel":
             out.sum().backward()
     except Exception as e:
-        pass
+        print(name, "raised", repr(e)[:300])
     for c in seen:
         if os.environ.get("DUMP"):
             open(os.environ["DUMP"] + "." + name, "w").write(get_sass(c.asm["cubin"]))
