@@ -95,12 +95,13 @@ def test_softcap_tanh_is_within_two_ulps_and_its_slope_accurate():
     near = torch.linspace(-0.6, 0.6, 40_001)
     far = torch.linspace(-50.0, 50.0, 40_001)
     tiny = torch.logspace(-30, -1, 301)
-    x = torch.cat([near, far, tiny, -tiny, torch.tensor([0.0, 0.55, -0.55, float("inf"), -float("inf")])])
+    x = torch.cat([near, far, tiny, -tiny, torch.tensor([0.0, -0.0, 0.55, -0.55, float("inf"), -float("inf")])])
     t, slope = torch.empty_like(x), torch.empty_like(x)
     tanh_kernel[(triton.cdiv(x.numel(), 1024),)](x, t, slope, x.numel(), BLOCK=1024)
     exact = torch.tanh(x.double())
     ulp = torch.from_numpy(np.spacing(exact.float().abs().numpy())).double()
     assert ((t.double() - exact).abs() / ulp).max().item() <= 2.0
+    assert torch.equal(torch.signbit(t), torch.signbit(exact))  # the sign bit is put back bitwise: -0 stays -0
     exact_slope = 1 / torch.cosh(x.double()) ** 2
     normal = exact_slope > 1e-30  # below that, exp(-2|x|) leaves fp32's normal range
     assert ((slope.double() - exact_slope).abs() / exact_slope)[normal].max().item() < 1e-5
