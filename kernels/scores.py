@@ -62,10 +62,10 @@ def tanh_and_slope(x):
     by log2(e) and a subnormal-range fix-up of four instructions; 2e below 2^-126, |x| >
     44, flushes to 0 where tanh is 1 either way); -(1 + e) formed once for the fit and
     the Newton steps; and the odd function's sign put back with one bitwise operation
-    (integer pipe) instead of a compare and a second FMA.  Both formulas still run for every
-    score: a branch skipping the exp where a whole tile lies below the bound (a tile-wide max)
-    made the forward 6-24 % faster on small scores but 14-53 % slower on large ones, the inputs a cap is
-    for (reports/h100-sm90/variants/softcap-tile-branch/).
+    (integer pipe) instead of a compare and a second FMA.  Both formulas still run for
+    every score: a branch skipping the exp where a whole tile lies below the bound (a
+    tile-wide max) made the forward 6-24 % faster on small scores but 14-53 % slower on
+    large ones, the inputs a cap is for (reports/h100-sm90/variants/softcap-tile-branch/).
 
     Why fp16 and bf16 inputs take it too, though it makes their softcap +84..+158 % slower
     than plain (H100, S = 8k and 16k, causal; +103..+200 % before the forms above:
