@@ -13,7 +13,13 @@ together (run.measure_calls):
   (`varlen_lengths`) holding the cell's B·S tokens, causal per sequence;
 * `bundled softcap 30` / `flex softcap 30` (Gemma 2's cap: s = c·tanh(s/c) on the scaled
   score) and `bundled alibi` / `flex alibi` (slopes 2^(-8(h+1)/H), bias
-  -slope·|i + Sk - Sq - j|): Flex with the equivalent score_mod and the causal block mask.
+  -slope·|i + Sk - Sq - j|): Flex with the equivalent score_mod and the causal block mask;
+* `bundled softcap_large 30` / `flex softcap_large 30`: the same functions on the same
+  tensors but q times LARGE_LOGITS, so the scaled scores have a standard deviation of 8
+  instead of 1.  A cap is for large logits: with scores of std 1 every |s| stays below
+  0.55·c, where a tanh keeps to its polynomial, so an implementation whose cost depends
+  on the values (a branch on them, a library tanh's ranges) is timed at its best there
+  (reports/h100-sm90/variants/softcap-tile-branch/: 14-53 % apart).
 
 FLOPs count the visible (query, key) pairs only: 4·D·H per pair forward (Q·Kᵀ and P·V, 2
 FLOPs per multiply-add, grid.attention_flops), the backward 2.5x.  The dense causal cell
@@ -39,9 +45,13 @@ from conformance.peers import masks
 WINDOWS = (1024, 4096)
 KERNELS_PACKAGE = "conformance.bundled.kernels"
 SOFTCAP = 30.0
+# q's factor in the softcap_large entries: scaled scores of std 8 (|s| > 0.55 x 30 in 4 % of pairs).
+LARGE_LOGITS = 8.0
 BASELINE = "causal"
-VARIANTS = ("window", "varlen", "softcap", "alibi")  # what --variants chooses from
-FLEX_VARIANTS = ("window", "softcap", "alibi")  # those with a FlexAttention peer
+VARIANTS = ("window", "varlen", "softcap", "softcap_large", "alibi")  # what --variants chooses from
+FLEX_VARIANTS = ("window", "softcap", "softcap_large", "alibi")  # those with a FlexAttention peer
+# Entries that call the same function as another variant on other inputs (q_factor).
+SAME_FUNCTION = {"softcap_large": "softcap"}
 BUNDLED, FLEX = implementations.BUNDLED, implementations.FLEX
 
 # The default grid is the issue's grid in bf16 only (see ESTIMATE and --help): the issue's
@@ -59,6 +69,16 @@ class Entry:
     kernel: str
     variant: str
     param: float | int | None = None
+
+    @property
+    def function_variant(self) -> str:
+        """The variant whose function this entry calls (softcap_large: softcap's)."""
+        return SAME_FUNCTION.get(self.variant, self.variant)
+
+    @property
+    def q_factor(self) -> float:
+        """What the cell's q is multiplied by for this entry (LARGE_LOGITS for softcap_large)."""
+        return LARGE_LOGITS if self.variant == "softcap_large" else 1.0
 
     @property
     def name(self) -> str:
@@ -197,7 +217,7 @@ class Plan:
         for variant in VARIANTS:
             if variant not in self.variants:
                 continue
-            params = self.windows if variant == "window" else [SOFTCAP] if variant == "softcap" else [None]
+            params = self.windows if variant == "window" else [SOFTCAP] if variant.startswith("softcap") else [None]
             for param in params:
                 out.append(Entry(BUNDLED, variant, param))
                 if flex and variant in FLEX_VARIANTS:
@@ -207,8 +227,10 @@ class Plan:
     def estimate_s(self, quick: bool = False) -> float:
         """Seconds one run of this plan takes on an H100 with cold caches, by ESTIMATE's figures."""
         cells = self.cells()
-        kinds = 1 + len(set(self.variants))  # the window kernels are one kind, whatever the windows
-        flex_entries = [[entry for entry in self.entries(cell) if entry.kernel == FLEX] for cell in cells]
+        # The window kernels are one kind, whatever the windows; softcap_large compiles nothing new.
+        kinds = 1 + len({SAME_FUNCTION.get(variant, variant) for variant in self.variants})
+        flex_entries = [{entry.function_variant: entry for entry in self.entries(cell) if entry.kernel == FLEX}
+                        for cell in cells]  # Flex compiles once per function
         first = max((len(entries) for entries in flex_entries), default=0)
         timed = 2 * sum(len(self.entries(cell)) for cell in cells)
         return (ESTIMATE["startup_s"] + ESTIMATE["bundled_compile_s"] * kinds * len(self.dtypes) * len(self.head_dims)
@@ -254,7 +276,8 @@ def bundled_function(entry: Entry, slopes=None, cu_seqlens=None, max_seqlen: int
                                                   causal=causal)
         return varlen
     options = {"causal": {}, "window": {"window_size": (int(entry.param or 0), 0)},
-               "softcap": {"softcap": float(entry.param or 0)}, "alibi": {"alibi_slopes": slopes}}[entry.variant]
+               "softcap": {"softcap": float(entry.param or 0)},
+               "alibi": {"alibi_slopes": slopes}}[entry.function_variant]
 
     def dense(q, k, v, causal):
         return kernels.flash_attention(q, k, v, causal=causal, **options)
@@ -273,7 +296,7 @@ def flex_function(entry: Entry, seq_len: int, device, slopes=None, attention=Non
         mask_mod, score_mod = window_mask_mod(seq_len, seq_len, int(entry.param)), None
     else:
         mask_mod = flex_peer.bottom_right_causal(seq_len, seq_len)
-        score_mod = (softcap_score_mod(float(entry.param)) if entry.variant == "softcap"
+        score_mod = (softcap_score_mod(float(entry.param)) if entry.function_variant == "softcap"
                      else alibi_score_mod(slopes, seq_len, seq_len))
     block_mask = create_block_mask(mask_mod, None, None, seq_len, seq_len, device=device)
 

@@ -1,7 +1,7 @@
 """Bundled attention variants (window, varlen, softcap, ALiBi) against FlexAttention and the dense kernel.
 
     python benchmarks/variants_benchmark.py [--quick] [--out DIR] [--seq-lens 8192,16384] [--head-dims 64,128]
-                                            [--dtypes fp16,bf16] [--variants window,varlen,softcap,alibi]
+                                            [--dtypes fp16,bf16] [--variants window,varlen,softcap,softcap_large,alibi]
                                             [--windows 1024,4096] [--flex-seq-lens 8192|none]
     python benchmarks/variants_benchmark.py --render DIR     # re-render DIR's report (no GPU)
 
@@ -120,15 +120,33 @@ def _cell_functions(plan: variants.Plan, problem: grid.Problem) -> tuple[list, d
     if any(entry.variant == "varlen" for entry in entries):
         packed = run.inputs((sum(lengths), problem.heads, problem.head_dim), problem.dtype, seed=1)
         offsets = variants.varlen_offsets(lengths, run.DEVICE)
-    functions = {}
+    functions, makers, scaled = {}, {}, {}
     for entry in entries:
-        if entry.kernel == variants.FLEX:
-            maker = functools.partial(variants.flex_function, entry, problem.seq_len, run.DEVICE, slopes)
-        else:
-            maker = functools.partial(variants.bundled_function, entry, slopes, offsets, max(lengths),
-                                      plan.kernels_package)
-        functions[entry.name] = (functools.cache(maker), packed if entry.variant == "varlen" else dense)
+        # Entries calling the same function (softcap and softcap_large) share its maker: one
+        # Flex compilation, one block mask.
+        function = variants.Entry(entry.kernel, entry.function_variant, entry.param)
+        if function not in makers:
+            if entry.kernel == variants.FLEX:
+                maker = functools.partial(variants.flex_function, function, problem.seq_len, run.DEVICE, slopes)
+            else:
+                maker = functools.partial(variants.bundled_function, function, slopes, offsets, max(lengths),
+                                          plan.kernels_package)
+            makers[function] = functools.cache(maker)
+        functions[entry.name] = (makers[function], _entry_inputs(entry, dense, packed, scaled))
     return entries, functions, lengths
+
+
+def _entry_inputs(entry: variants.Entry, dense: tuple, packed: tuple, scaled: dict) -> tuple:
+    """(q, k, v) of an entry: the packed batch for varlen, else the cell's tensors with q
+    times entry.q_factor (made once per factor in `scaled`; a leaf of its own)."""
+    if entry.variant == "varlen":
+        return packed
+    if entry.q_factor == 1.0:
+        return dense
+    if entry.q_factor not in scaled:
+        q, *rest = dense
+        scaled[entry.q_factor] = ((q.detach() * entry.q_factor).requires_grad_(q.requires_grad), *rest)
+    return scaled[entry.q_factor]
 
 
 def _timed(maker, direction: str, tensors):

@@ -14,7 +14,9 @@ The ratios, each from the medians of one cell and direction:
 * varlen:  varlen TFLOP/s / dense causal TFLOP/s (>= 0.9), each over its own visible pairs:
   the same B·S tokens, as mixed lengths or as B sequences of S;
 * softcap, ALiBi:  variant ms / plain causal ms (<= 1.15: at most 15 % slower) and
-  bundled / Flex speed (>= 1.0).
+  bundled / Flex speed (>= 1.0); softcap_large (scores of std 8, variants.LARGE_LOGITS) is
+  held to softcap's two targets, against the same plain causal time (plain attention's
+  cost does not depend on the values), in target rows of its own.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.bundled.benchmarks import report
-from conformance.bundled.benchmarks.variants import BASELINE, BUNDLED, FLEX, Entry
+from conformance.bundled.benchmarks.variants import BASELINE, BUNDLED, FLEX, LARGE_LOGITS, Entry
 from conformance.reporting.markdown import table as markdown_table
 
 DIRECTIONS = tuple(report.DIRECTION_NAMES)
 PALETTE = ("#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
-VARIANT_TITLES = {"softcap": "softcap", "alibi": "ALiBi"}
+VARIANT_TITLES = {"softcap": "softcap", "softcap_large": "softcap, scores of std 8", "alibi": "ALiBi"}
+SCORE_VARIANTS = tuple(VARIANT_TITLES)  # judged by score_table's two targets each
 _PLOT_TITLE = "TFLOP/s over the visible pairs against S (solid: forward, dashed: backward)"
 
 
@@ -53,6 +56,8 @@ TARGETS = {target.key: target for target in (
     Target("varlen_dense", "varlen: TFLOP/s ≥ 0.9× the dense kernel's at equal total tokens", 0.9, True),
     Target("softcap_plain", "softcap: time ≤ 1.15× plain causal (at most 15 % slower)", 1.15, False),
     Target("softcap_flex", "softcap: bundled ≥ 1.0× FlexAttention's speed", 1.0, True),
+    Target("softcap_large_plain", "softcap, scores of std 8: time ≤ 1.15× plain causal", 1.15, False),
+    Target("softcap_large_flex", "softcap, scores of std 8: bundled ≥ 1.0× FlexAttention's speed", 1.0, True),
     Target("alibi_plain", "ALiBi: time ≤ 1.15× plain causal (at most 15 % slower)", 1.15, False),
     Target("alibi_flex", "ALiBi: bundled ≥ 1.0× FlexAttention's speed", 1.0, True),
 )}
@@ -96,7 +101,7 @@ def ratios(lines: list[dict]) -> list[dict]:
             varlen = line(BUNDLED, "varlen")
             if varlen and dense:
                 add("varlen_dense", cell, None, direction, varlen["tflops"] / dense["tflops"])
-            for variant in ("softcap", "alibi"):
+            for variant in SCORE_VARIANTS:
                 for param in _params(lines, variant):
                     mine, flex = line(BUNDLED, variant, param), line(FLEX, variant, param)
                     if mine and dense:
@@ -241,7 +246,10 @@ def markdown(env: dict, lines: list[dict], plot_name: str | None) -> str:
         out += [f"![{_PLOT_TITLE}]({plot_name})", ""]
     sections = [("Sliding window (left, 0), causal", window_table(lines, judged)),
                 ("Variable-length batches (varlen) at equal total tokens", varlen_table(lines, judged)),
-                ("Softcap", score_table(lines, judged, "softcap")), ("ALiBi", score_table(lines, judged, "alibi"))]
+                ("Softcap", score_table(lines, judged, "softcap")),
+                (f"Softcap at large logits (q × {LARGE_LOGITS:g}: scaled scores of std {LARGE_LOGITS:g})",
+                 score_table(lines, judged, "softcap_large")),
+                ("ALiBi", score_table(lines, judged, "alibi"))]
     for title, (headers, rows) in sections:
         if rows:
             out += [f"## {title}", "", "Each cell: forward / backward.", "", markdown_table(headers, rows), ""]
@@ -266,6 +274,8 @@ def terminal_summary(lines: list[dict]) -> str:
                                    ("window (forward / backward)", window_table(lines, judged)),
                                    ("varlen (forward / backward)", varlen_table(lines, judged)),
                                    ("softcap (forward / backward)", score_table(lines, judged, "softcap")),
+                                   ("softcap, scores of std 8 (forward / backward)",
+                                    score_table(lines, judged, "softcap_large")),
                                    ("ALiBi (forward / backward)", score_table(lines, judged, "alibi"))):
         if rows:
             out += ["", title, tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)]

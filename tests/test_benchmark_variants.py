@@ -20,7 +20,8 @@ from tests.test_benchmark import wall_clock_calls
 
 SVG = "{http://www.w3.org/2000/svg}"
 NAMES = ["bundled causal", "bundled window 1024", "flex window 1024", "bundled window 4096", "flex window 4096",
-         "bundled varlen", "bundled softcap 30", "flex softcap 30", "bundled alibi", "flex alibi"]
+         "bundled varlen", "bundled softcap 30", "flex softcap 30", "bundled softcap_large 30",
+         "flex softcap_large 30", "bundled alibi", "flex alibi"]
 
 
 # ----------------------------------------------------------------------------- the grid
@@ -63,6 +64,22 @@ def test_the_estimates_fit_the_gpu_budgets_and_help_states_them(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert f"--quick ~{quick / 60:.1f} min" in text and f"the default grid ~{full / 60:.1f} min" in text
     assert f"--dtypes fp16,bf16, ~{issue / 60:.1f} min" in text
+
+
+def test_large_logit_softcap_calls_softcaps_functions_on_q_times_8(monkeypatch):
+    """softcap_large times the softcap functions themselves (one Flex compilation) on the
+    cell's k and v and a q of its own, 8 times the cell's: scaled scores of std 8."""
+    monkeypatch.setattr(run, "DEVICE", "cpu")
+    plan = Plan(seq_lens=(32,), head_dims=(16,), dtypes=("fp16",), variants=("softcap", "softcap_large"),
+                tokens=64, width=32)
+    (problem,) = plan.cells()
+    _, functions, _ = variants_benchmark._cell_functions(plan, problem)
+    for kernel in ("bundled", "flex"):
+        maker, (q, k, v) = functions[f"{kernel} softcap 30"]
+        large_maker, (large_q, large_k, large_v) = functions[f"{kernel} softcap_large 30"]
+        assert large_maker is maker and large_k is k and large_v is v
+        assert large_q.is_leaf and large_q.requires_grad and torch.equal(large_q, q.detach() * variants.LARGE_LOGITS)
+    assert functions["flex softcap_large 30"][1][0] is functions["bundled softcap_large 30"][1][0]  # made once
 
 
 # ----------------------------------------------------------------------------- pairs and FLOPs
@@ -172,6 +189,8 @@ MS = {  # (name, direction) -> median ms of the hand-made run (bf16, D 128, S 81
     ("flex window 4096", "fwd"): 4.0, ("flex window 4096", "bwd"): 9.0,
     ("bundled softcap 30", "fwd"): 4.4, ("bundled softcap 30", "bwd"): 12.0,
     ("flex softcap 30", "fwd"): 5.0, ("flex softcap 30", "bwd"): 11.0,
+    ("bundled softcap_large 30", "fwd"): 4.4, ("bundled softcap_large 30", "bwd"): 12.0,
+    ("flex softcap_large 30", "fwd"): 4.0, ("flex softcap_large 30", "bwd"): 13.0,
     ("bundled alibi", "fwd"): 4.2, ("bundled alibi", "bwd"): 11.0,
     ("flex alibi", "fwd"): 5.0,  # its backward errs
 }
@@ -226,6 +245,9 @@ def test_the_ratios_of_each_target():
                 ("varlen_dense", None, "fwd"): (0.95, True), ("varlen_dense", None, "bwd"): (0.85, False),
                 ("softcap_plain", 30.0, "fwd"): (1.1, True), ("softcap_plain", 30.0, "bwd"): (1.2, False),
                 ("softcap_flex", 30.0, "fwd"): (5 / 4.4, True), ("softcap_flex", 30.0, "bwd"): (11 / 12, False),
+                ("softcap_large_plain", 30.0, "fwd"): (1.1, True), ("softcap_large_plain", 30.0, "bwd"): (1.2, False),
+                ("softcap_large_flex", 30.0, "fwd"): (4 / 4.4, False),
+                ("softcap_large_flex", 30.0, "bwd"): (13 / 12, True),
                 ("alibi_plain", None, "fwd"): (1.05, True), ("alibi_plain", None, "bwd"): (1.1, True),
                 ("alibi_flex", None, "fwd"): (5 / 4.2, True)}  # no backward: Flex's erred
     assert set(judged) == set(expected)
@@ -260,6 +282,8 @@ def test_the_report_renders_the_targets_and_a_table_per_variant(recorded):
         "varlen: TFLOP/s ≥ 0.9× the dense kernel's at equal total tokens": ["1 of 2", "bf16 D128 S8192 bwd (0.85)"],
         "softcap: time ≤ 1.15× plain causal (at most 15 % slower)": ["1 of 2", "bf16 D128 S8192 bwd (1.20)"],
         "softcap: bundled ≥ 1.0× FlexAttention's speed": ["1 of 2", "bf16 D128 S8192 bwd (0.92)"],
+        "softcap, scores of std 8: time ≤ 1.15× plain causal": ["1 of 2", "bf16 D128 S8192 bwd (1.20)"],
+        "softcap, scores of std 8: bundled ≥ 1.0× FlexAttention's speed": ["1 of 2", "bf16 D128 S8192 fwd (0.91)"],
         "ALiBi: time ≤ 1.15× plain causal (at most 15 % slower)": ["2 of 2", "-"],
         "ALiBi: bundled ≥ 1.0× FlexAttention's speed": ["1 of 1", "-"]}
     # dtype, D, S, left, band fraction, bundled ms, Flex ms, dense ms x fraction, the two ratios, met
@@ -273,6 +297,9 @@ def test_the_report_renders_the_targets_and_a_table_per_variant(recorded):
          "0.95 / 0.85", "yes / no"]]
     assert _rows(text, "Softcap") == [["bf16", "128", "8192", "4.00 / 10.00", "4.40 / 12.00", "5.00 / 11.00",
                                        "+10.0 % / +20.0 %", "1.14 / 0.92", "yes / no"]]
+    assert _rows(text, "Softcap at large logits (q × 8: scaled scores of std 8)") == [
+        ["bf16", "128", "8192", "4.00 / 10.00", "4.40 / 12.00", "4.00 / 13.00", "+10.0 % / +20.0 %", "0.91 / 1.08",
+         "no / no"]]
     assert _rows(text, "ALiBi") == [["bf16", "128", "8192", "4.00 / 10.00", "4.20 / 11.00", "5.00 / -",
                                      "+5.0 % / +10.0 %", "1.19 / -", "yes / yes"]]  # Flex's backward erred
     assert "* flex alibi error (bwd S=8192): RuntimeError: fake failure for the test" in text
