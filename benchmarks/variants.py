@@ -229,8 +229,8 @@ class Plan:
         cells = self.cells()
         # The window kernels are one kind, whatever the windows; softcap_large compiles nothing new.
         kinds = 1 + len({SAME_FUNCTION.get(variant, variant) for variant in self.variants})
-        flex_entries = [{entry.function_variant: entry for entry in self.entries(cell) if entry.kernel == FLEX}
-                        for cell in cells]  # Flex compiles once per function
+        flex_entries = [{(entry.function_variant, entry.param) for entry in self.entries(cell) if entry.kernel == FLEX}
+                        for cell in cells]  # Flex compiles once per function (a window per left)
         first = max((len(entries) for entries in flex_entries), default=0)
         timed = 2 * sum(len(self.entries(cell)) for cell in cells)
         return (ESTIMATE["startup_s"] + ESTIMATE["bundled_compile_s"] * kinds * len(self.dtypes) * len(self.head_dims)

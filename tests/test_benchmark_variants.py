@@ -59,6 +59,13 @@ def test_the_estimates_fit_the_gpu_budgets_and_help_states_them(capsys):
     full, issue = Plan(**variants.FULL).estimate_s(), Plan(**variants.ISSUE).estimate_s()
     assert quick < 120 and full < 240 < issue
     assert Plan(**variants.FULL, flex_seq_lens=()).estimate_s() < full
+    # softcap_large compiles nothing (softcap's functions on other inputs): only its calls are
+    # added, 2 entries x 2 directions x 4 cells; a second window is a Flex compilation of its own.
+    without = Plan(**variants.FULL, variants=("window", "varlen", "softcap", "alibi")).estimate_s()
+    assert full - without == pytest.approx(16 * variants.ESTIMATE["timed_s"])
+    one_window = Plan(**variants.FULL, windows=(1024,)).estimate_s()
+    assert full - one_window == pytest.approx(16 * variants.ESTIMATE["timed_s"] + variants.ESTIMATE["flex_first_s"]
+                                              + 3 * variants.ESTIMATE["flex_reshape_s"])
     with pytest.raises(SystemExit):
         variants_benchmark.main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
