@@ -50,8 +50,14 @@ LARGE_LOGITS = 8.0
 BASELINE = "causal"
 VARIANTS = ("window", "varlen", "softcap", "softcap_large", "alibi")  # what --variants chooses from
 FLEX_VARIANTS = ("window", "softcap", "softcap_large", "alibi")  # those with a FlexAttention peer
-# Entries that call the same function as another variant on other inputs (q_factor).
-SAME_FUNCTION = {"softcap_large": "softcap"}
+# Variants that call another variant's function on other inputs: variant -> (that variant,
+# the factor on the cell's q).  Entry.function_variant and Entry.q_factor read it.
+ON_OTHER_INPUTS = {"softcap_large": ("softcap", LARGE_LOGITS)}
+
+
+def function_variant(variant: str) -> str:
+    """The variant whose function `variant` calls: itself, or ON_OTHER_INPUTS' first field."""
+    return ON_OTHER_INPUTS.get(variant, (variant, 1.0))[0]
 BUNDLED, FLEX = implementations.BUNDLED, implementations.FLEX
 
 # The default grid is the issue's grid in bf16 only (see ESTIMATE and --help): the issue's
@@ -73,12 +79,12 @@ class Entry:
     @property
     def function_variant(self) -> str:
         """The variant whose function this entry calls (softcap_large: softcap's)."""
-        return SAME_FUNCTION.get(self.variant, self.variant)
+        return function_variant(self.variant)
 
     @property
     def q_factor(self) -> float:
         """What the cell's q is multiplied by for this entry (LARGE_LOGITS for softcap_large)."""
-        return LARGE_LOGITS if self.variant == "softcap_large" else 1.0
+        return ON_OTHER_INPUTS.get(self.variant, (self.variant, 1.0))[1]
 
     @property
     def name(self) -> str:
@@ -217,7 +223,8 @@ class Plan:
         for variant in VARIANTS:
             if variant not in self.variants:
                 continue
-            params = self.windows if variant == "window" else [SOFTCAP] if variant.startswith("softcap") else [None]
+            function = function_variant(variant)
+            params = self.windows if function == "window" else [SOFTCAP] if function == "softcap" else [None]
             for param in params:
                 out.append(Entry(BUNDLED, variant, param))
                 if flex and variant in FLEX_VARIANTS:
@@ -228,7 +235,7 @@ class Plan:
         """Seconds one run of this plan takes on an H100 with cold caches, by ESTIMATE's figures."""
         cells = self.cells()
         # The window kernels are one kind, whatever the windows; softcap_large compiles nothing new.
-        kinds = 1 + len({SAME_FUNCTION.get(variant, variant) for variant in self.variants})
+        kinds = 1 + len({function_variant(variant) for variant in self.variants})
         flex_entries = [{(entry.function_variant, entry.param) for entry in self.entries(cell) if entry.kernel == FLEX}
                         for cell in cells]  # Flex compiles once per function (a window per left)
         first = max((len(entries) for entries in flex_entries), default=0)

@@ -18,12 +18,12 @@ import triton
 import triton.language as tl
 
 from .bands import visible_pairs
-from .blocks import normalised
+from .blocks import LOG2_E, normalised
 
 # |x| below which tanh is the polynomial, above which it is built from exp (`tanh_and_slope`).
 TANH_POLYNOMIAL_BOUND = tl.constexpr(0.55)
 # exp(-2|x|) as exp2(-2 log2(e) |x|) (tanh_and_slope).
-MINUS_TWO_LOG2_E = tl.constexpr(-2.8853900817779268)
+MINUS_TWO_LOG2_E = tl.constexpr(-2.0 * LOG2_E.value)
 # fp32's sign bit as an int32 (with_sign_of).
 SIGN_BIT = tl.constexpr(-2147483648)
 
