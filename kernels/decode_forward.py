@@ -179,7 +179,7 @@ def decode_split_kernel(
     k_base = K + kv_head.to(tl.int64) * stride_kh
     v_base = V + kv_head.to(tl.int64) * stride_vh
     table_row = BLOCK_TABLE + batch.to(tl.int64) * stride_tb
-    score_scale = softmax_scale(sm_scale, SOFTCAP, ALIBI)
+    score_scale = softmax_scale(sm_scale, softcap, SOFTCAP, ALIBI)
     qk_scale = score_scale * LOG2_E
     alibi_slopes = head_slope(ALIBI_SLOPES, stride_alibi_b, batch, heads[:, None], ALIBI)  # one per row
 

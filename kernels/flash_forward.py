@@ -140,7 +140,7 @@ def flash_forward_kernel(
     dims = tl.arange(0, BLOCK_D)
     q = kept_operand(Q + head_offset(batch, head, stride_qb, stride_qh), rows, dims, stride_qm, stride_qd,
                      seq_q, head_dim, HEAD_CHUNK)
-    score_scale = softmax_scale(sm_scale, SOFTCAP, ALIBI)
+    score_scale = softmax_scale(sm_scale, softcap, SOFTCAP, ALIBI)
     qk_scale = score_scale * LOG2_E
     alibi_slope = head_slope(ALIBI_SLOPES, stride_alibi_b, batch, head, ALIBI)
 

@@ -53,11 +53,13 @@ def tanh_and_slope(x):
     to the softmax's exp2, and the special-function unit is what the forward waits on
     at head dim 128 (an H100 has 1/256 of its matrix throughput there).  So 1 / (1 + e),
     1 + e in [1, 4/3] where it is used, is no division (a second MUFU operation, and
-    div.full's range checks) but a quadratic fit (relative error 8e-4) and two Newton
-    steps (error 4e-13), six FMAs.  Every other FP32 instruction counts as well: with
-    the cap the forward's FP32 pipe, not the matrix units, sets its pace (sm_90 SASS of
-    the bf16 D 128 forward's key loop: 28 FP32 instructions a score with tl.exp, a
-    where on the sign and 1 + e negated apart, 22 as below, 4 without the cap).  Hence
+    div.full's range checks) but a cubic fit (relative error 5e-5) and one Newton step
+    (3e-9, below fp32's half ulp), five FMAs.  Every other FP32 instruction counts as
+    well: with the cap the forward's FP32 pipe, not the matrix units, sets its pace (sm_90
+    SASS of the bf16 D 128 forward's key loop: 28 FP32 instructions a score with tl.exp, a
+    where on the sign and 1 + e negated apart; 22 with a quadratic fit, two Newton steps
+    and the cap multiplied per score; 20 as below, the cap folded into the softmax's own
+    scale by softmax_scale; 4 without the cap).  Hence
     exp2 of one FMA, a * -2 log2(e) + 1, which gives 2e directly (tl.exp costs a multiply
     by log2(e) and a subnormal-range fix-up of four instructions; 2e below 2^-126, |x| >
     44, flushes to 0 where tanh is 1 either way); -(1 + e) formed once for the fit and
@@ -67,11 +69,11 @@ def tanh_and_slope(x):
     tile-wide max) made the forward 6-24 % faster on small scores but 14-53 % slower on
     large ones, the inputs a cap is for (reports/h100-sm90/variants/softcap-tile-branch/).
 
-    Why fp16 and bf16 inputs take it too, though it makes their softcap +84..+158 % slower
-    than plain (H100, S = 8k and 16k, causal; +103..+200 % before the forms above:
-    reports/h100-sm90/variants/softcap-sass/): lse is fp32 whatever the inputs, and the matched
-    torch path's lse of 16-bit inputs is fp32-accurate, so a tanh with an absolute error of
-    an ulp of 1 fails the rule there.  Measured on the H100 in one call each
+    Why fp16 and bf16 inputs take it too, though it makes their softcap +64..+133 % slower
+    than plain (H100, S = 8k and 16k, causal: reports/h100-sm90/variants/benchmark-s11/;
+    +103..+200 % before the forms above: softcap-sass/, softcap-cubic/): lse is fp32
+    whatever the inputs, and the matched torch path's lse of 16-bit inputs is fp32-accurate,
+    so a tanh with an absolute error of an ulp of 1 fails the rule there.  Measured on the H100 in one call each
     (reports/h100-sm90/variants/softcap-tanh/) and refused: 1 - 2 / (1 + exp(2x)) (+38..+83 %;
     lse up to 2.37x torch's error over 16 seeds of the causal lse cases, mutant
     softcap_16bit_tanh), the same with rsqrt(d^2) for the division (no faster, 3.09x) and
@@ -83,9 +85,10 @@ def tanh_and_slope(x):
     a = tl.abs(x)
     twice_e = tl.math.exp2(tl.math.fma(a, MINUS_TWO_LOG2_E, 1.0))  # 2 exp(-2|x|)
     minus_denominator = tl.math.fma(twice_e, -0.5, -1.0)  # -(1 + e), exact but for one rounding
-    # The fit of 1 / d, d = 1 + e, written in -d: (0.63659191 d - 2.2314293) d + 2.5940471.
-    reciprocal = (0.63659191 * minus_denominator + 2.2314293) * minus_denominator + 2.5940471
-    reciprocal = tl.math.fma(reciprocal, tl.math.fma(minus_denominator, reciprocal, 1.0), reciprocal)
+    # A cubic fit of 1 / d on [1, 4/3], d = 1 + e, relative error 5e-5, written in -d
+    # (-0.55098628 d^3 + 2.57126978 d^2 - 4.48442371 d + 3.46408694), and one Newton step.
+    reciprocal = ((0.55098628 * minus_denominator + 2.57126978) * minus_denominator + 4.48442371) \
+        * minus_denominator + 3.46408694
     reciprocal = tl.math.fma(reciprocal, tl.math.fma(minus_denominator, reciprocal, 1.0), reciprocal)
     u = twice_e * reciprocal
     square = a * a
@@ -107,11 +110,15 @@ def with_sign_of(magnitude, x):
 
 
 @triton.jit
-def softmax_scale(sm_scale, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
+def softmax_scale(sm_scale, softcap, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
     """The scale the softmax applies to `softmax_scores`' scores: sm_scale to raw q . k,
-    1 to scores that a cap or a bias has already scaled."""
-    if SOFTCAP or ALIBI:
+    the cap to a capped score's tanh (the cap's multiply folded into the softmax's own, as
+    sm_scale is for plain scores: one FP32 instruction a score less), 1 to scores that a
+    bias has already scaled."""
+    if ALIBI:
         scale = 1.0
+    elif SOFTCAP:
+        scale = softcap
     else:
         scale = sm_scale
     return scale
@@ -143,7 +150,7 @@ def softmax_scores(raw, rows, cols, seq_q, seq_k, sm_scale, softcap, alibi_slope
         if ALIBI:
             scores = tl.math.fma(tanh, softcap, -alibi_bias(rows, cols, seq_q, seq_k, alibi_slope))
         else:
-            scores = tanh * softcap
+            scores = tanh  # softmax_scale is the cap
     elif ALIBI:
         scores = tl.math.fma(raw, sm_scale, -alibi_bias(rows, cols, seq_q, seq_k, alibi_slope))
     return scores, cap_slope
@@ -173,7 +180,7 @@ def probabilities(raw, lse, rows, cols, seq_q, seq_k, sm_scale, window_left, win
     -inf."""
     scores, cap_slope = softmax_scores(raw, rows, cols, seq_q, seq_k, sm_scale, softcap, alibi_slope,
                                        SOFTCAP, ALIBI)
-    p = normalised(scores, lse[:, None], softmax_scale(sm_scale, SOFTCAP, ALIBI))
+    p = normalised(scores, lse[:, None], softmax_scale(sm_scale, softcap, SOFTCAP, ALIBI))
     if MASKED:
         p = tl.where(visible_pairs(rows, cols, seq_q, seq_k, window_left, window_right, CAUSAL, WINDOW),
                      p, 0.0)
