@@ -6,23 +6,25 @@
                                      [--window LEFT | --varlen]
 
 For each head dim and causal mode, every (BLOCK_M, BLOCK_N, num_warps, num_stages) of
-the grid below replaces that kernel's launch table for the current target, and the
+the grid below is the configuration of every launch of that kernel (`judged`), and the
 median time (triton.testing.do_bench) of the forward, or of the whole backward for a
 backward kernel, gives TFLOP/s; B*S = 32k tokens and H*D = 2048, as in the benchmark.  Configurations that do not compile or launch
 (shared memory, registers) are listed with their error.  One JSON line per
-measurement goes to --out, a table per problem to stdout, best first.  This chose
+measurement goes to --out (and the environment's fingerprint to FILE.env.json beside it), a
+table per problem to stdout, best first.  This chose
 the launch tables in kernels/tuning.py; whether a configuration is *correct* is the
 conformance tiers' business.
 
---window LEFT sweeps the causal sliding window (LEFT, 0) instead (causal only), through the
+--window LEFT sweeps the causal sliding window (LEFT, 0) instead (causal only), for the
 kernel's "window" variant table (`{kernel}.window`, kernels.tuning.launch_config); --varlen
-the packed batch of benchmarks/variants.varlen_lengths (causal only, its base table).
+the packed batch of benchmarks/variants.varlen_lengths (causal only), for its "varlen" table.
 TFLOP/s then count the visible pairs only, as the variants benchmark does.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import pathlib
@@ -40,7 +42,7 @@ import triton  # noqa: E402
 
 from conformance.bundled.benchmarks.variants import varlen_lengths, varlen_offsets, visible_pairs  # noqa: E402
 from conformance.bundled import kernels  # noqa: E402
-from conformance.bundled.kernels import targets, tuning  # noqa: E402
+from conformance.bundled.kernels import tuning, tuning_space  # noqa: E402
 
 GRID = dict(block_m=(64, 128), block_n=(64, 128), num_warps=(4, 8), num_stages=(2, 3, 4), descriptors=(False,))
 BACKWARD_GRID = dict(GRID, num_stages=(2, 3))  # the backward's loops hold more tiles
@@ -58,10 +60,15 @@ class Shape:
     causal: bool
     window: int = 0  # left; 0: no window
     varlen: bool = False
+    tokens: int = 32768  # B * S, the benchmark's
+
+    @property
+    def batch(self) -> int:
+        return self.tokens // self.seq_len
 
     def call(self, q, k, v):
         if self.varlen:
-            lengths = varlen_lengths(self.seq_len)
+            lengths = varlen_lengths(self.seq_len, self.tokens)
             offsets = varlen_offsets(lengths, q.device)
             packed = [x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3]) for x in (q, k, v)]
             return lambda *xs: kernels.flash_attention_varlen(*xs, offsets, offsets, max(lengths), max(lengths),
@@ -72,9 +79,9 @@ class Shape:
     def pairs(self) -> int:
         """Visible (query, key) pairs per head, summed over the batch."""
         if self.varlen:
-            return sum(visible_pairs(n, n, True) for n in varlen_lengths(self.seq_len))
+            return sum(visible_pairs(n, n, True) for n in varlen_lengths(self.seq_len, self.tokens))
         window = (self.window, 0) if self.window else None
-        return 32768 // self.seq_len * visible_pairs(self.seq_len, self.seq_len, self.causal, window)
+        return self.batch * visible_pairs(self.seq_len, self.seq_len, self.causal, window)
 
 
 def _timed(kernel: str, shape: Shape, q, k, v):
@@ -88,25 +95,45 @@ def _timed(kernel: str, shape: Shape, q, k, v):
     return lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True)
 
 
+@contextlib.contextmanager
+def judged(kernel: str, config: tuning.LaunchConfig):
+    """Every launch of `kernel` inside takes `config`: an override (kernels.tuning_space.
+    configured), which wins over each of the kernel's tables -- its own, a dtype's, the window's,
+    the varlen one.  Replacing the kernel's own table instead let a problem with a variant
+    table of its own (a packed batch on sm_90) keep that table's configuration for every row of
+    a sweep.  RuntimeError on leaving when `kernel` never launched inside, or launched with
+    anything else (kernels.tuning.recorded_launches: descriptors as it really took them)."""
+    with tuning_space.configured(kernel, config), tuning.recorded_launches() as launched:
+        yield
+    used = launched.get(kernel)
+    if used != config:
+        raise RuntimeError(f"{kernel} was swept with {config} but launched with {used}"
+                           if used else f"{kernel} never launched: the call timed does not reach it")
+
+
 def measure(kernel: str, config: tuning.LaunchConfig, shape: Shape, dtype) -> float:
-    """TFLOP/s over the visible pairs with `config` as the only row of `kernel`'s table (the
-    window's variant table for a window; backward: 2.5x the forward's FLOPs)."""
-    tables = tuning.launch_tables(targets.current_target())
-    role = f"{kernel}.window" if shape.window else kernel
-    saved = tables.get(role)
-    tables[role] = tuning.table((256, config))
-    try:
-        d, s = shape.head_dim, shape.seq_len
-        heads, batch = 2048 // d, 32768 // s
-        q, k, v = (torch.randn(batch, heads, s, d, device="cuda", dtype=dtype) for _ in range(3))
+    """TFLOP/s over the visible pairs with every launch of `kernel` taking `config` (judged;
+    backward: 2.5x the forward's FLOPs)."""
+    heads = 2048 // shape.head_dim
+    q, k, v = (torch.randn(shape.batch, heads, shape.seq_len, shape.head_dim, device="cuda", dtype=dtype)
+               for _ in range(3))
+    with judged(kernel, config):
         milliseconds = triton.testing.do_bench(_timed(kernel, shape, q, k, v), warmup=25, rep=100)
-        flops = 4 * heads * shape.pairs() * d * (1.0 if kernel == "fwd" else 2.5)
-        return flops / milliseconds / 1e9
-    finally:
-        if saved is None:
-            del tables[role]
-        else:
-            tables[role] = saved
+    flops = 4 * heads * shape.pairs() * shape.head_dim * (1.0 if kernel == "fwd" else 2.5)
+    return flops / milliseconds / 1e9
+
+
+def write_environment(out: pathlib.Path) -> pathlib.Path:
+    """The sweep's environment fingerprint (machine, driver, torch, triton, harness revision,
+    command) beside its JSON lines: FILE.jsonl -> FILE.env.json."""
+    from conformance import backends
+    from conformance.running.environment import command_line, fingerprint
+
+    env = fingerprint(backends.activate(), tier=None, command=command_line(),
+                      implementations={"bundled": "kernels:flash_attention, kernels:flash_attention_varlen"})
+    path = out.with_suffix(".env.json")
+    path.write_text(json.dumps(env, indent=2) + "\n", encoding="utf-8")
+    return path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,6 +161,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("tune_launch: needs a GPU", file=sys.stderr)
         return 2
+    if args.out:
+        write_environment(args.out)
     out = open(args.out, "w", encoding="utf-8") if args.out else None
     causal_modes = (True,) if args.window or args.varlen else (False, True)
     for d, causal in itertools.product((int(x) for x in args.head_dims.split(",")), causal_modes):

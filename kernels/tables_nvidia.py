@@ -125,12 +125,21 @@ HOPPER_LAUNCH = {
     # (bf16, the variants benchmark's 16 mixed lengths at S = 8192, causal; TFLOP/s over the
     # visible pairs; reports/h100-sm90/variants/tuning/).  Its many short sequences give short
     # key loops: 64x64 tiles with 4 warps at D = 64 (334 against 291 with the dense 128x64,
-    # 8 warps), 128x64 with 8 warps at D = 128 (341 against 322 with 128x128).  Over the tile
-    # lists of kernels.packed_tiles, 64x64 led 128x64 at D = 128 in an fp16 sweep at S = 8192 (411
-    # against 403, tuning/tile-list/), but the variants benchmark with it (benchmark-0a42d67/)
-    # was no faster at S = 8192 and slower at 16384 (417 against 430 with 128x64 in the same
-    # benchmark at ea240e1, another machine): 128x64 stays.  A sliding window keeps the dense
-    # tables: once its band ran in one loop (kernels.flash_forward),
+    # 8 warps), 128x64 with 8 warps at D = 128 (341 against 322 with 128x128).  Once this
+    # table existed, tune_launch replaced only the kernel's general table, which a packed batch
+    # no longer reads: its later varlen sweeps (tuning/tile-list/, and the first of session
+    # 11) timed this table's row in every row, their spread was noise.  Swept again with each
+    # row's configuration launched and confirmed (tuning/tune-varlen-judged/, BLOCK_N 32 and 2
+    # stages included, over the tile lists of kernels.packed_tiles): D = 128 keeps 128x64 w8 s3
+    # (418 against 381-388 for 64x64 w4 s3, fp16 / bf16).  Two rows led there and were timed
+    # in the variants benchmark between two runs of the tables as they are (base, change,
+    # base; variants/varlen-rows/), and neither is kept: the forward at D = 64 with
+    # 128x64 w8 s3 (+1.5 % bf16, +4.6 % fp16 in the sweep) ran -2.6..+1.2 % in the four
+    # D 64 cells; a dQ row of its own for the packed batch at D = 64, 64x64 w4 s3 with
+    # descriptors (322 against 309 TFLOP/s for the dense row over the whole backward), ran
+    # the varlen backward 0.3-3.1 % faster, as much as the unchanged D 128 cells did
+    # (0.2-2.1 %): the machine between the runs, not the row.  A
+    # sliding window keeps the dense tables: once its band ran in one loop (kernels.flash_forward),
     # they were within 3 % of the best tile at left 1024 and the best at 4096
     # (tuning/band-loop/).
     "fwd.varlen": table(

@@ -115,25 +115,27 @@ def launch_config(kernel: str, head_dim: int, dtype: str = "fp16", target: Targe
     raise KeyError(f"no launch table for kernel {kernel!r}")
 
 
-# kernel -> the configuration it launched with, while a `recorded_launches()` is open (None
-# otherwise); kernels.launch records every launch.  A plain dict, as OVERRIDES is.
-_launched: dict[str, LaunchConfig] | None = None
+# The records of the open `recorded_launches()`, outermost first; kernels.launch records
+# every launch in each.  A plain list, as OVERRIDES is a plain dict.
+_open_records: list[dict[str, LaunchConfig]] = []
 
 
 @contextmanager
 def recorded_launches():
     """Yields a dict that fills, as the kernels launch inside, with kernel -> the configuration
     it launched with (its table's or an override), `descriptors` as the launch really took
-    them: what a harness reads to confirm that a configuration it set was the one used."""
-    global _launched
-    previous, _launched = _launched, {}
+    them: what a harness reads to confirm that a configuration it set was the one used.
+    Records nest: a launch inside two open ones is in both (a runner's record and the one a
+    KV-cache call keeps for its replay)."""
+    record: dict[str, LaunchConfig] = {}
+    _open_records.append(record)
     try:
-        yield _launched
+        yield record
     finally:
-        _launched = previous
+        del _open_records[next(i for i, open_record in enumerate(_open_records) if open_record is record)]
 
 
 def record_launch(kernel: str, config: LaunchConfig) -> None:
-    """Note `config` as `kernel`'s launch in the open `recorded_launches()`, if one is."""
-    if _launched is not None:
-        _launched[kernel] = config
+    """Note `config` as `kernel`'s launch in every open `recorded_launches()`."""
+    for record in _open_records:
+        record[kernel] = config

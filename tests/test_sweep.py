@@ -70,6 +70,18 @@ def test_an_override_wins_over_the_tables_and_is_undone():
     assert tuning.launch_config("bwd_dq", 64, target=INTERPRETER) == before
 
 
+def test_launch_records_nest_and_each_sees_the_launches_inside_it():
+    first, second = tuning.LaunchConfig(16, 16), tuning.LaunchConfig(32, 32)
+    with tuning.recorded_launches() as outer:
+        tuning.record_launch("fwd", first)
+        with tuning.recorded_launches() as inner, tuning.recorded_launches() as innermost:
+            tuning.record_launch("bwd_dq", second)
+        tuning.record_launch("total", first)
+    tuning.record_launch("fwd", second)  # none open: noted nowhere
+    assert outer == {"fwd": first, "bwd_dq": second, "total": first}
+    assert inner == innermost == {"bwd_dq": second}
+
+
 @pytest.mark.parametrize("tier, target", [("sweep-quick", INTERPRETER), ("sweep", Target("cuda", 90, 32))])
 def test_a_sweep_covers_every_configuration_of_every_kernel_once_named(tier, target):
     cases = sweep_cases(tier, target, ("fp16", "bf16", "fp32", "fp8e4m3"))
