@@ -13,9 +13,11 @@ axis 1 the heads.  The order is the one in which the GPU starts them: the longes
 first, and within a sequence the tile with the most work first -- a causal query tile's keys
 grow with its index, a causal key tile's queries shrink with its -- so the launch ends on its
 lightest tiles, not on the longest sequence's last query tile.  On an H100 (an fp16 sweep of
-the forward over 16 launch configurations, reports/h100-sm90/variants/tuning/tile-list/) the
-lists were ahead of the longest sequence's grid in 14, by -1.1 % to +7.0 %; the varlen forward's
-ratio to the dense kernel's TFLOP/s did not rise with them (variants/benchmark-0a42d67/).
+the forward, reports/h100-sm90/variants/tuning/tile-list/, whose 16 rows all launched the
+varlen table's configuration, as found later: tuning/tune-varlen-judged/; so sixteen repeats
+of one comparison) the lists were ahead of the longest sequence's grid in 14, by -1.1 % to
++7.0 %; the varlen forward's ratio to the dense kernel's TFLOP/s did not rise with them
+(variants/benchmark-0a42d67/).
 
 The host knows the offsets (kernels.validation checked them); a list is made once per
 (cu_seqlens tensor, tile size, order) and kept while the tensor lives unchanged, as the
