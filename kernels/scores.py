@@ -73,11 +73,12 @@ def tanh_and_slope(x):
     than plain (H100, S = 8k and 16k, causal: reports/h100-sm90/variants/benchmark-s11/;
     +103..+200 % before the forms above: softcap-sass/, softcap-cubic/): lse is fp32
     whatever the inputs, and the matched torch path's lse of 16-bit inputs is fp32-accurate,
-    so a tanh with an absolute error of an ulp of 1 fails the rule there.  Measured on the H100 in one call each
-    (reports/h100-sm90/variants/softcap-tanh/) and refused: 1 - 2 / (1 + exp(2x)) (+38..+83 %;
-    lse up to 2.37x torch's error over 16 seeds of the causal lse cases, mutant
-    softcap_16bit_tanh), the same with rsqrt(d^2) for the division (no faster, 3.09x) and
-    NVIDIA's tanh.approx.f32 (+4..+33 %; 3.63x / 5.33x, mutant softcap_hardware_tanh).
+    so a tanh with an absolute error of an ulp of 1 fails the rule there.  Measured on the
+    H100 in one call each (reports/h100-sm90/variants/softcap-tanh/) and refused:
+    1 - 2 / (1 + exp(2x)) (+38..+83 %; lse up to 2.37x torch's error over 16 seeds of the
+    causal lse cases, mutant softcap_16bit_tanh), the same with rsqrt(d^2) for the division
+    (no faster, 3.09x) and NVIDIA's tanh.approx.f32 (+4..+33 %; 3.63x / 5.33x, mutant
+    softcap_hardware_tanh).
 
     The slope is the softcap's derivative for the backward: 1 - t^2 below the bound,
     u * (2 - u) above, which unlike 1 - t^2 keeps its relative accuracy (4e-6) where

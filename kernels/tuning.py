@@ -132,7 +132,7 @@ def recorded_launches():
     try:
         yield record
     finally:
-        del _open_records[next(i for i, open_record in enumerate(_open_records) if open_record is record)]
+        _open_records[:] = [open_record for open_record in _open_records if open_record is not record]
 
 
 def record_launch(kernel: str, config: LaunchConfig) -> None:
