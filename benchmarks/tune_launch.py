@@ -11,7 +11,8 @@ median time (triton.testing.do_bench) of the forward, or of the whole backward f
 backward kernel, gives TFLOP/s; B*S = 32k tokens and H*D = 2048, as in the benchmark.  Configurations that do not compile or launch
 (shared memory, registers) are listed with their error.  One JSON line per
 measurement goes to --out (and the environment's fingerprint to FILE.env.json beside it), a
-table per problem to stdout, best first.  This chose
+table per problem to stdout, best first, each row against the row the current tables give
+that problem (`table` in the JSON lines), so that a sweep reads as a change to the tables.  This chose
 the launch tables in kernels/tuning.py; whether a configuration is *correct* is the
 conformance tiers' business.
 
@@ -65,6 +66,11 @@ class Shape:
     @property
     def batch(self) -> int:
         return self.tokens // self.seq_len
+
+    @property
+    def table_variant(self) -> str | None:
+        """The variant table this problem reads (kernels.problem.Problem.table_variant)."""
+        return "window" if self.window else "varlen" if self.varlen else None
 
     def call(self, q, k, v):
         if self.varlen:
@@ -123,6 +129,28 @@ def measure(kernel: str, config: tuning.LaunchConfig, shape: Shape, dtype) -> fl
     return flops / milliseconds / 1e9
 
 
+def ranking(title: str, rows: list[dict], shown: int = 8) -> list[str]:
+    """The sweep of one problem as printed: the `shown` fastest rows, then the row of the
+    current table if it is not among them (or a line saying the grid lacks it), then up to
+    three rows that failed; each timed row with its speed relative to the table's row."""
+    def label(line):
+        return (f"m{line['block_m']:>3} n{line['block_n']:>3} w{line['num_warps']} s{line['num_stages']}"
+                f"{' tma' if line.get('descriptors') else '    '}")
+
+    timed = sorted((line for line in rows if line["tflops"]), key=lambda line: -line["tflops"])
+    table = next((line for line in rows if line.get("table")), None)
+    out = [title]
+    for line in timed[:shown] + [line for line in timed[shown:] if line is table]:
+        versus = f"  {line['tflops'] / table['tflops']:5.2f}x table" if table and table["tflops"] else ""
+        out.append(f"  {label(line)}  {line['tflops']:7.1f} TFLOP/s{versus}{'  <- table' if line is table else ''}")
+    if table is None:
+        out.append("  (the current table's row is not in this grid)")
+    elif not table["tflops"]:
+        out.append(f"  {label(table)}  the current table's row failed: {table['error']}")
+    out += [f"  {label(line)}  {line['error']}" for line in rows if line["error"] and line is not table][:3]
+    return out
+
+
 def write_environment(out: pathlib.Path) -> pathlib.Path:
     """The sweep's environment fingerprint (machine, driver, torch, triton, harness revision,
     command) beside its JSON lines: FILE.jsonl -> FILE.env.json."""
@@ -167,6 +195,7 @@ def main(argv=None) -> int:
     causal_modes = (True,) if args.window or args.varlen else (False, True)
     for d, causal in itertools.product((int(x) for x in args.head_dims.split(",")), causal_modes):
         shape = Shape(d, args.seq_len, causal, args.window, args.varlen)
+        table_row = tuning.launch_config(args.kernel, d, args.dtype, variant=shape.table_variant)
         rows = []
         for values in itertools.product(*grid.values()):
             config = tuning.LaunchConfig(**dict(zip(grid, values)))
@@ -175,19 +204,15 @@ def main(argv=None) -> int:
             except Exception as exc:  # out of resources and the like: recorded, not fatal
                 tflops, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
             line = {"kernel": args.kernel, "head_dim": d, "causal": causal, "seq_len": args.seq_len, "dtype": args.dtype,
-                    "window": args.window, "varlen": args.varlen, **config.as_dict(), "tflops": tflops, "error": error}
+                    "window": args.window, "varlen": args.varlen, **config.as_dict(), "tflops": tflops, "error": error,
+                    "table": config == table_row}
             rows.append(line)
             if out:
                 out.write(json.dumps(line) + "\n")
                 out.flush()
-        rows.sort(key=lambda line: -(line["tflops"] or 0))
         problem = f"window ({args.window}, 0)" if args.window else "varlen" if args.varlen else \
             "causal" if causal else "non-causal"
-        print(f"\n{args.kernel} D={d} {problem} S={args.seq_len} {args.dtype}")
-        for line in rows[:8] + [line for line in rows if line["error"]][:3]:
-            print(f"  m{line['block_m']:>3} n{line['block_n']:>3} w{line['num_warps']} s{line['num_stages']}"
-                  f"{' tma' if line.get('descriptors') else '    '}  "
-                  f"{line['tflops'] or 0:7.1f} TFLOP/s {line['error']}")
+        print("\n".join(ranking(f"{args.kernel} D={d} {problem} S={args.seq_len} {args.dtype}", rows)))
     return 0
 
 

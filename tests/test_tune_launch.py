@@ -69,3 +69,44 @@ def test_a_sweep_writes_its_environment_beside_its_lines(tmp_path):
     env = json.loads(tune_launch.write_environment(tmp_path / "fwd-bf16.jsonl").read_text())
     assert (tmp_path / "fwd-bf16.env.json").exists()
     assert env["triton"] and env["torch"] and env["harness"]["revision"] and env["command"]
+
+
+def _row(block_m, tflops, table=False, error=""):
+    return {"block_m": block_m, "block_n": 64, "num_warps": 4, "num_stages": 2, "tflops": tflops, "error": error,
+            "table": table}
+
+
+def test_a_sweep_reads_against_the_current_tables_row():
+    rows = [_row(16, 300.0), _row(32, 330.0), _row(64, 200.0, table=True), _row(128, None, error="OutOfResources: x")]
+    lines = tune_launch.ranking("fwd D=64", rows, shown=2)
+    assert lines[0] == "fwd D=64"
+    assert "330.0 TFLOP/s   1.65x table" in lines[1] and "300.0 TFLOP/s   1.50x table" in lines[2]
+    assert lines[3].endswith("200.0 TFLOP/s   1.00x table  <- table")  # outside the shown rows, still shown
+    assert lines[4].startswith("  m128") and "OutOfResources" in lines[4] and len(lines) == 5
+
+
+def test_a_sweep_says_when_the_tables_row_is_missing_or_failed():
+    assert tune_launch.ranking("t", [_row(16, 300.0)])[-1] == "  (the current table's row is not in this grid)"
+    lines = tune_launch.ranking("t", [_row(16, 300.0), _row(64, None, table=True, error="RuntimeError: y")])
+    assert lines[1].endswith("300.0 TFLOP/s") and "failed: RuntimeError: y" in lines[2] and len(lines) == 3
+
+
+def test_a_shape_reads_the_variant_table_the_kernels_would():
+    assert [shape.table_variant for shape in SHAPES] == [None, None, "window", "varlen"]
+
+
+def test_main_marks_the_tables_row_in_its_lines_and_ranking(monkeypatch, tmp_path, capsys):
+    """The command's plumbing with the timing stubbed (it needs a GPU): one JSON line per row, the
+    current table's row flagged, the environment beside the lines, a ranking per problem."""
+    table_row = tuning.launch_config("fwd", 64, "fp16", target=INTERPRETER, variant="varlen")
+    monkeypatch.setattr(tune_launch.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tune_launch.tuning, "launch_config",
+                        lambda kernel, head_dim, dtype, variant=None: table_row)
+    monkeypatch.setattr(tune_launch, "measure", lambda kernel, config, shape, dtype: float(config.block_m))
+    out = tmp_path / "fwd.jsonl"
+    grid = ["--block-m", f"32,{table_row.block_m}", "--block-n", str(table_row.block_n), "--warps",
+            str(table_row.num_warps), "--stages", str(table_row.num_stages)]
+    assert tune_launch.main(["--varlen", "--head-dims", "64", "--out", str(out), *grid]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["table"] for line in lines] == [False, True] and (tmp_path / "fwd.env.json").exists()
+    assert "<- table" in capsys.readouterr().out
