@@ -53,12 +53,18 @@ FLEX_VARIANTS = ("window", "softcap", "softcap_large", "alibi")  # those with a 
 # Variants that call another variant's function on other inputs: variant -> (that variant,
 # the factor on the cell's q).  Entry.function_variant and Entry.q_factor read it.
 ON_OTHER_INPUTS = {"softcap_large": ("softcap", LARGE_LOGITS)}
+BUNDLED, FLEX = implementations.BUNDLED, implementations.FLEX
+
+
+def function_and_factor(variant: str) -> tuple[str, float]:
+    """(the variant whose function `variant` calls, the factor on the cell's q): ON_OTHER_INPUTS'
+    entry, or (variant, 1.0) for a variant that calls its own function on the cell's tensors."""
+    return ON_OTHER_INPUTS.get(variant, (variant, 1.0))
 
 
 def function_variant(variant: str) -> str:
-    """The variant whose function `variant` calls: itself, or ON_OTHER_INPUTS' first field."""
-    return ON_OTHER_INPUTS.get(variant, (variant, 1.0))[0]
-BUNDLED, FLEX = implementations.BUNDLED, implementations.FLEX
+    """The variant whose function `variant` calls (softcap_large: softcap)."""
+    return function_and_factor(variant)[0]
 
 # The default grid is the issue's grid in bf16 only (see ESTIMATE and --help): the issue's
 # fp16 half doubles the compilations and does not fit the ~4 minutes of one GPU run.
@@ -84,7 +90,7 @@ class Entry:
     @property
     def q_factor(self) -> float:
         """What the cell's q is multiplied by for this entry (LARGE_LOGITS for softcap_large)."""
-        return ON_OTHER_INPUTS.get(self.variant, (self.variant, 1.0))[1]
+        return function_and_factor(self.variant)[1]
 
     @property
     def name(self) -> str:

@@ -34,6 +34,10 @@ PALETTE = ("#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
            "#17becf")
 VARIANT_TITLES = {"softcap": "softcap", "softcap_large": "softcap, scores of std 8", "alibi": "ALiBi"}
 SCORE_VARIANTS = tuple(VARIANT_TITLES)  # judged by score_table's two targets each
+# benchmark.md's section of each score variant
+SECTION_TITLES = {"softcap": "Softcap",
+                  "softcap_large": f"Softcap at large logits (q × {LARGE_LOGITS:g}: scaled scores of std {LARGE_LOGITS:g})",
+                  "alibi": "ALiBi"}
 _PLOT_TITLE = "TFLOP/s over the visible pairs against S (solid: forward, dashed: backward)"
 
 
@@ -246,10 +250,7 @@ def markdown(env: dict, lines: list[dict], plot_name: str | None) -> str:
         out += [f"![{_PLOT_TITLE}]({plot_name})", ""]
     sections = [("Sliding window (left, 0), causal", window_table(lines, judged)),
                 ("Variable-length batches (varlen) at equal total tokens", varlen_table(lines, judged)),
-                ("Softcap", score_table(lines, judged, "softcap")),
-                (f"Softcap at large logits (q × {LARGE_LOGITS:g}: scaled scores of std {LARGE_LOGITS:g})",
-                 score_table(lines, judged, "softcap_large")),
-                ("ALiBi", score_table(lines, judged, "alibi"))]
+                *((SECTION_TITLES[variant], score_table(lines, judged, variant)) for variant in SCORE_VARIANTS)]
     for title, (headers, rows) in sections:
         if rows:
             out += [f"## {title}", "", "Each cell: forward / backward.", "", markdown_table(headers, rows), ""]
@@ -273,10 +274,8 @@ def terminal_summary(lines: list[dict]) -> str:
     for title, (headers, rows) in (("targets", target_summary(judged)),
                                    ("window (forward / backward)", window_table(lines, judged)),
                                    ("varlen (forward / backward)", varlen_table(lines, judged)),
-                                   ("softcap (forward / backward)", score_table(lines, judged, "softcap")),
-                                   ("softcap, scores of std 8 (forward / backward)",
-                                    score_table(lines, judged, "softcap_large")),
-                                   ("ALiBi (forward / backward)", score_table(lines, judged, "alibi"))):
+                                   *((f"{VARIANT_TITLES[variant]} (forward / backward)",
+                                      score_table(lines, judged, variant)) for variant in SCORE_VARIANTS)):
         if rows:
             out += ["", title, tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)]
     return "\n".join(out)
