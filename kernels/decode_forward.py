@@ -200,7 +200,7 @@ def decode_split_kernel(
                             Q.dtype.element_ty, DEQUANTIZE, INTERPRETED)
             raw = raw_scores(q, k, INTERPRETED)
         s, _cap_slope = softmax_scores(raw, tokens, cols, seq_q, context_len, sm_scale, softcap, alibi_slopes,
-                                       SOFTCAP, ALIBI)
+                                       CAUSAL, SOFTCAP, ALIBI)
         s = tl.where(in_cache[None, :], s, float("-inf"))
         if CAUSAL or WINDOW:
             s = tl.where(visible_pairs(tokens, cols, seq_q, context_len, window_left, window_right, CAUSAL, WINDOW),

@@ -69,7 +69,7 @@ def attend_keys(q, acc, row_max, row_sum, row_sum_error, k_source, v_source, row
             k = load_rows(k_source, key_start, cols, dims, stride_kn, stride_kd, key_rows, head_dim, DESCRIPTORS)
             raw = raw_scores(q, k, INTERPRETED)
         s, _cap_slope = softmax_scores(raw, rows, cols, seq_q, seq_k, sm_scale, softcap, alibi_slope,
-                                       SOFTCAP, ALIBI)
+                                       CAUSAL, SOFTCAP, ALIBI)
         if EDGES_ONLY:
             s = masked_at_band_edges(s, float("-inf"), key_start, whole_start, whole_end, rows, cols, seq_q, seq_k,
                                      window_left, window_right, CAUSAL, WINDOW)

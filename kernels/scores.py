@@ -9,9 +9,11 @@ cap or an ALiBi bias acts on the *scaled* score, FlashAttention-2's order:
     s = softcap * tanh(raw * sm_scale / softcap)      (SOFTCAP)
     s = s - slope_h * |i + Sk - Sq - j|              (ALIBI, after the cap)
 
-so with either one the scaled score is formed first, in fp32, and the softmax takes it
-with scale 1 (`softmax_scale`).  Without both flags every helper here returns its input
-untouched and the plain kernels compile as before the variants existed.
+The softmax takes each form in its own units (`softmax_scale`): with the cap, the tanh
+scaled by the cap; with the bias alone, raw - (slope_h / sm_scale) * distance scaled by
+sm_scale, as plain scores are; with both, the scaled score itself.  Without both flags
+every helper here returns its input untouched and the plain kernels compile as before
+the variants existed.
 """
 
 import triton
@@ -112,11 +114,11 @@ def with_sign_of(magnitude, x):
 
 @triton.jit
 def softmax_scale(sm_scale, softcap, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
-    """The scale the softmax applies to `softmax_scores`' scores: sm_scale to raw q . k,
-    the cap to a capped score's tanh (the cap's multiply folded into the softmax's own, as
-    sm_scale is for plain scores: one FP32 instruction a score less), 1 to scores that a
-    bias has already scaled."""
-    if ALIBI:
+    """The scale the softmax applies to `softmax_scores`' scores: sm_scale to raw q . k
+    (plain, or biased in raw units), the cap to a capped score's tanh (the cap's multiply
+    folded into the softmax's own, as sm_scale is for plain scores: one FP32 instruction
+    a score less), 1 to capped and biased scores, which are already scaled."""
+    if SOFTCAP and ALIBI:
         scale = 1.0
     elif SOFTCAP:
         scale = softcap
@@ -137,7 +139,7 @@ def head_slope(SLOPES, stride_batch, batch, head, ALIBI: tl.constexpr):
 
 @triton.jit
 def softmax_scores(raw, rows, cols, seq_q, seq_k, sm_scale, softcap, alibi_slope,
-                   SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
+                   CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
     """(scores, cap_slope) of a tile of raw fp32 scores q . k, rows and cols its positions
     within the sequences: scores for the softmax at `softmax_scale`, and d scores / d
     (raw * sm_scale) for the backward (the softcap's 1 - tanh^2; with no cap, 1 implied:
@@ -149,23 +151,33 @@ def softmax_scores(raw, rows, cols, seq_q, seq_k, sm_scale, softcap, alibi_slope
         # two roundings, as torch's raw * scale / cap does.
         tanh, cap_slope = tanh_and_slope(raw * (sm_scale / softcap))
         if ALIBI:
-            scores = tl.math.fma(tanh, softcap, -alibi_bias(rows, cols, seq_q, seq_k, alibi_slope))
+            scores = tl.math.fma(tanh, softcap, -alibi_slope * alibi_distance(rows, cols, seq_q, seq_k, CAUSAL))
         else:
             scores = tanh  # softmax_scale is the cap
     elif ALIBI:
-        scores = tl.math.fma(raw, sm_scale, -alibi_bias(rows, cols, seq_q, seq_k, alibi_slope))
+        # The bias in raw units, one FMA a score: raw - (slope / sm_scale) * distance,
+        # scaled by sm_scale in the softmax's own FMA as plain scores are.  Scaling raw
+        # first (raw * sm_scale - slope * distance, softmax scale 1) cost one FP32
+        # instruction a score more and the plain path's exponent (blocks.normalised's
+        # fma of raw and sm_scale).  slope / sm_scale rounds once per program; the
+        # distance is exact.
+        scores = tl.math.fma(alibi_distance(rows, cols, seq_q, seq_k, CAUSAL), -(alibi_slope / sm_scale), raw)
     return scores, cap_slope
 
 
 @triton.jit
-def alibi_bias(rows, cols, seq_q, seq_k, slope):
-    """slope * |i + Sk - Sq - j| of a tile (subtracted from the scores): the distance is an
-    exact integer in fp32 (< 2^24), the product rounded once.  An fp32 distance (positions
-    converted once per row and column, one FADD per score) was tried and measured slower:
-    ALiBi's D = 64 forward +48 % over plain against +21 % for this integer one, D = 128 and
-    the backward alike (H100, bf16, S = 8192; reports/h100-sm90/variants/alibi-ab/)."""
-    distance = tl.abs(rows[:, None] + (seq_k - seq_q) - cols[None, :])
-    return slope * distance.to(tl.float32)
+def alibi_distance(rows, cols, seq_q, seq_k, CAUSAL: tl.constexpr):
+    """|i + Sk - Sq - j| of a tile in fp32, exact (< 2^24).  Causal pairs that are
+    visible have j <= i + Sk - Sq, so there the difference is taken without the |.|: the
+    others are masked whatever their bias.  An fp32 distance (positions converted once
+    per row and column, one FADD per score) was tried and measured slower: ALiBi's D = 64
+    forward +48 % over plain against +21 % for this integer one (H100, bf16, S = 8192;
+    reports/h100-sm90/variants/alibi-ab/); so was the integer made fp32 by bit tricks
+    instead of a conversion (alibi-exact-float/)."""
+    distance = rows[:, None] + (seq_k - seq_q) - cols[None, :]
+    if not CAUSAL:
+        distance = tl.abs(distance)
+    return distance.to(tl.float32)
 
 
 @triton.jit
@@ -180,7 +192,7 @@ def probabilities(raw, lse, rows, cols, seq_q, seq_k, sm_scale, window_left, win
     causal window or band.  Query rows past seq_q need no mask either way: their lse reads
     -inf."""
     scores, cap_slope = softmax_scores(raw, rows, cols, seq_q, seq_k, sm_scale, softcap, alibi_slope,
-                                       SOFTCAP, ALIBI)
+                                       CAUSAL, SOFTCAP, ALIBI)
     p = normalised(scores, lse[:, None], softmax_scale(sm_scale, softcap, SOFTCAP, ALIBI))
     if MASKED:
         p = tl.where(visible_pairs(rows, cols, seq_q, seq_k, window_left, window_right, CAUSAL, WINDOW),

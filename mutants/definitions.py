@@ -199,11 +199,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("alibi_top_left",
            "ALiBi distance aligned top-left: bias from |i - j| instead of |i + Sk - Sq - j| "
            "(wrong only when Sq != Sk)",
-           (Edit(_SCORES, "distance = tl.abs(rows[:, None] + (seq_k - seq_q) - cols[None, :])",
-                 "distance = tl.abs(rows[:, None] - cols[None, :])"),)),
+           (Edit(_SCORES, "distance = rows[:, None] + (seq_k - seq_q) - cols[None, :]",
+                 "distance = rows[:, None] - cols[None, :]"),)),
     Mutant("alibi_bias_added",
            "ALiBi sign: the bias slope * distance is added to the scores instead of subtracted",
-           (Edit(_SCORES, "return slope * distance.to(tl.float32)", "return -slope * distance.to(tl.float32)"),)),
+           (Edit(_SCORES, "return distance.to(tl.float32)", "return -distance.to(tl.float32)"),)),
+    Mutant("alibi_bias_in_scaled_units",
+           "ALiBi alone: the bias subtracted from the raw scores q . k as slope * distance, not in their "
+           "units (slope / sm_scale) * distance (the softmax then scales it by sm_scale a second time)",
+           (Edit(_SCORES, "-(alibi_slope / sm_scale), raw)", "-alibi_slope, raw)"),)),
     Mutant("varlen_keys_of_next_sequence",
            "varlen: the forward reads sequence b's keys from its neighbour's offset cu_seqlens_k[b + 1] "
            "(values and lengths from its own; the last sequence reads past the end of k)",

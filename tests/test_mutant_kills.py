@@ -42,7 +42,8 @@ HANG_SECONDS = 2.0
 VARIANT_MUTANTS = {
     "window_left_edge_hidden": "window", "window_right_edge_past": "window",
     "window_first_tile_rounded_up": "window", "softcap_backward_no_slope": "softcap", "softcap_16bit_tanh": "softcap",
-    "alibi_top_left": "alibi", "alibi_bias_added": "alibi", "varlen_keys_of_next_sequence": "lens",
+    "alibi_top_left": "alibi", "alibi_bias_added": "alibi",
+    "alibi_bias_in_scaled_units": "alibi", "varlen_keys_of_next_sequence": "lens",
 }
 # Plain attention through the forward and both backward kernels: causal, ragged, Sq != Sk.
 PLAIN_CASE = "flash_attention.bwd[fp16,d64,causal,B1,H2,Hkv2,Sq77,Sk133,seed0]"
