@@ -139,13 +139,26 @@ HOPPER_LAUNCH = {
     # descriptors (322 against 309 TFLOP/s for the dense row over the whole backward), ran
     # the varlen backward 0.3-3.1 % faster, as much as the unchanged D 128 cells did
     # (0.2-2.1 %): the machine between the runs, not the row.  A
-    # sliding window keeps the dense tables: once its band ran in one loop (kernels.flash_forward),
+    # sliding window's forward keeps the dense tables: once its band ran in one loop (kernels.flash_forward),
     # they were within 3 % of the best tile at left 1024 and the best at 4096
     # (tuning/band-loop/).
     "fwd.varlen": table(
         (64, LaunchConfig(64, 64, num_warps=4, num_stages=3)),
         (128, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
         _HOPPER_FORWARD.rows[-1],
+    ),
+    # dQ of a sliding window (every other kernel keeps its dense row there): the band's
+    # short key loops favour 64-row query tiles with 2 stages.  benchmarks/tune_launch.py
+    # --window 1024 on an H200 (bf16, S = 8192, causal; TFLOP/s of the whole backward;
+    # reports/h200-sm90/variants/tune-window/): 274 / 314 against the dense
+    # row's 260 / 300 at D = 64 / 128.  In the variants benchmark between two runs of the
+    # dense row (h200-sm90/variants/window-dq-row/): the backward at left 1024 3.8-5.4 %
+    # faster in all 8 cells, at left 4096 -1.1..+2.2 % (the plain kernel 1-2.5 % slower in
+    # the same run: its ratio to plain unchanged).  The dK/dV sweep kept the dense rows.
+    "bwd_dq.window": table(
+        (64, LaunchConfig(64, 64, num_warps=4, num_stages=2, descriptors=True)),
+        (128, LaunchConfig(64, 64, num_warps=4, num_stages=2, descriptors=True)),
+        CUDA_LAUNCH["bwd_dq"].rows[-1],
     ),
     "bwd_dkdv": table(
         (64, LaunchConfig(64, 64, num_warps=4, num_stages=3, descriptors=True)),

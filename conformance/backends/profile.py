@@ -22,7 +22,7 @@ __all__ = ["FP8", "HARDWARE_RUNS", "HEAD_DIMS", "HIGH_PRECISION", "KERNELS", "KI
 # The GPU profiles whose kernels have run on a card for this project, and where those runs are.
 # Every other GPU profile is known from the compile-only tier alone (python -m conformance
 # compile): its kernels compiled for it, within its limits, but never ran.
-HARDWARE_RUNS = {"cuda:sm_90": "an H100 and two H200s (reports/h100-sm90/, reports/h200-sm90-x2/)"}
+HARDWARE_RUNS = {"cuda:sm_90": "an H100 and H200s (reports/h100-sm90/, reports/h200-sm90/, reports/h200-sm90-x2/)"}
 
 
 def launch_notes(target: Target) -> tuple[str, ...]:
