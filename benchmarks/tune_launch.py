@@ -44,6 +44,7 @@ import triton  # noqa: E402
 from conformance.bundled.benchmarks.variants import varlen_lengths, varlen_offsets, visible_pairs  # noqa: E402
 from conformance.bundled import kernels  # noqa: E402
 from conformance.bundled.kernels import tuning, tuning_space  # noqa: E402
+from conformance.bundled.kernels.problem import launch_variant  # noqa: E402
 
 GRID = dict(block_m=(64, 128), block_n=(64, 128), num_warps=(4, 8), num_stages=(2, 3, 4), descriptors=(False,))
 BACKWARD_GRID = dict(GRID, num_stages=(2, 3))  # the backward's loops hold more tiles
@@ -69,8 +70,8 @@ class Shape:
 
     @property
     def table_variant(self) -> str | None:
-        """The variant table this problem reads (kernels.problem.Problem.table_variant)."""
-        return "window" if self.window else "varlen" if self.varlen else None
+        """The variant table this problem reads (kernels.problem.launch_variant)."""
+        return launch_variant((self.window, 0) if self.window else None, self.varlen)
 
     def call(self, q, k, v):
         if self.varlen:

@@ -141,20 +141,32 @@ HOPPER_LAUNCH = {
     # (0.2-2.1 %): the machine between the runs, not the row.  A
     # sliding window's forward keeps the dense tables: once its band ran in one loop (kernels.flash_forward),
     # they were within 3 % of the best tile at left 1024 and the best at 4096
-    # (tuning/band-loop/).
+    # (tuning/band-loop/, 3 stages only).
     "fwd.varlen": table(
         (64, LaunchConfig(64, 64, num_warps=4, num_stages=3)),
         (128, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
         _HOPPER_FORWARD.rows[-1],
     ),
-    # dQ of a sliding window (every other kernel keeps its dense row there): the band's
+    # A narrow sliding window's forward (kernels.problem.launch_variant: bands of at most
+    # 1,536 keys; wider ones take the dense rows): its loops of a few key tiles favour
+    # 64x64 tiles with 4 warps, two programs a processor.  benchmarks/tune_launch.py --window
+    # 1024 on an H200 (bf16, S = 8192, causal, 2 and 3 stages, with and without descriptors;
+    # reports/h200-sm90/variants/window-fwd-row/): 337 / 361 TFLOP/s against the dense rows'
+    # 304 / 346 at D = 64 / 128; in the variants benchmark between two runs of the dense rows
+    # the forward at left 1024 5-11 % faster in all 8 cells, at left 2048 2-6 % and at 4096
+    # 5-13 % slower (hence the narrow bands only).
+    "fwd.window": table(
+        (64, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
+        (128, LaunchConfig(64, 64, num_warps=4, num_stages=3)),
+        _HOPPER_FORWARD.rows[-1],
+    ),
+    # dQ of a narrow sliding window (the dK/dV kernel keeps its dense rows there): the band's
     # short key loops favour 64-row query tiles with 2 stages.  benchmarks/tune_launch.py
     # --window 1024 on an H200 (bf16, S = 8192, causal; TFLOP/s of the whole backward;
-    # reports/h200-sm90/variants/tune-window/): 274 / 314 against the dense
-    # row's 260 / 300 at D = 64 / 128.  In the variants benchmark between two runs of the
-    # dense row (h200-sm90/variants/window-dq-row/): the backward at left 1024 3.8-5.4 %
-    # faster in all 8 cells, at left 4096 -1.1..+2.2 % (the plain kernel 1-2.5 % slower in
-    # the same run: its ratio to plain unchanged).  The dK/dV sweep kept the dense rows.
+    # reports/h200-sm90/variants/tune-window/): 274 / 314 against the dense row's 260 / 300
+    # at D = 64 / 128.  In the variants benchmark between two runs of the dense row
+    # (h200-sm90/variants/window-dq-row/): the backward at left 1024 3.8-5.4 % faster in all
+    # 8 cells; at left 4096 the dense row 0.1-1.8 % faster (window-fwd-row/rule/).
     "bwd_dq.window": table(
         (64, LaunchConfig(64, 64, num_warps=4, num_stages=2, descriptors=True)),
         (128, LaunchConfig(64, 64, num_warps=4, num_stages=2, descriptors=True)),

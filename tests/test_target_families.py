@@ -30,7 +30,7 @@ def test_the_tables_of_the_published_targets_are_todays(key):
     """Every configuration sm_80, sm_90 (the H100 standard tier's), gfx90a and gfx942 launch
     with, for every kernel role and head dim, as it was before the tables were split by
     family (tests/data/pinned_launch_tables.json, written from the commit before issue 32),
-    and the deliberate changes since (sm_90: the varlen forward and windowed dQ tables, issue 33; the KV-cache
+    and the deliberate changes since (sm_90: the varlen forward and the narrow windows' forward and dQ tables, issue 33; the KV-cache
     split kernel's tables, issue 34)."""
     profile = backends.profile_by_key(key)
     assert as_data(profile.launch) == json.loads(PINNED.read_text())[key]

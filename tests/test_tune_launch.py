@@ -10,6 +10,7 @@ import torch
 from conformance.bundled.benchmarks import tune_launch
 from conformance.bundled.kernels import tuning
 from conformance.bundled.kernels.targets import INTERPRETER
+from conformance.bundled.kernels.problem import NARROW_BAND_KEYS, launch_variant
 
 SWEPT = tuning.LaunchConfig(16, 32, num_warps=4, num_stages=1)
 # What the problem's own variant table would give: a sweep that replaced only the kernel's
@@ -93,6 +94,19 @@ def test_a_sweep_says_when_the_tables_row_is_missing_or_failed():
 
 def test_a_shape_reads_the_variant_table_the_kernels_would():
     assert [shape.table_variant for shape in SHAPES] == [None, None, "window", "varlen"]
+    wide = tune_launch.Shape(16, 8192, True, window=NARROW_BAND_KEYS)  # left + 1 keys: one past narrow
+    assert wide.table_variant is None
+
+
+@pytest.mark.parametrize("band, varlen, variant", [
+    ((NARROW_BAND_KEYS - 1, 0), False, "window"), ((0, NARROW_BAND_KEYS - 1), True, "window"),
+    ((NARROW_BAND_KEYS, 0), False, None), ((NARROW_BAND_KEYS, 0), True, "varlen"),
+    ((700, 900), False, None), (None, True, "varlen"), (None, False, None),
+])
+def test_only_a_narrow_band_takes_the_window_tables(band, varlen, variant):
+    """A band of at most NARROW_BAND_KEYS keys a row (left + right + 1) runs the "window"
+    rows; a wider one the kernel's own (or the packed batch's)."""
+    assert launch_variant(band, varlen) == variant
 
 
 def test_main_marks_the_tables_row_in_its_lines_and_ranking(monkeypatch, tmp_path, capsys):
