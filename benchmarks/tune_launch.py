@@ -17,7 +17,8 @@ the launch tables in kernels/tuning.py; whether a configuration is *correct* is 
 conformance tiers' business.
 
 --window LEFT sweeps the causal sliding window (LEFT, 0) instead (causal only), for the
-kernel's "window" variant table (`{kernel}.window`, kernels.tuning.launch_config); --varlen
+kernel's "window" variant table (`{kernel}.window`, kernels.tuning.launch_config) where the
+band is narrow (kernels.problem.launch_variant), else for its own table; --varlen
 the packed batch of benchmarks/variants.varlen_lengths (causal only), for its "varlen" table.
 TFLOP/s then count the visible pairs only, as the variants benchmark does.
 """
@@ -177,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument("--" + AXIS_FLAGS[axis], dest=axis, help=f"values of {axis} (default: the built-in grid)")
     problem = parser.add_mutually_exclusive_group()
     problem.add_argument("--window", type=int, default=0, metavar="LEFT",
-                         help="sweep the causal window (LEFT, 0) through the kernel's window table")
+                         help="sweep the causal window (LEFT, 0) (a narrow band: through the kernel's window table)")
     problem.add_argument("--varlen", action="store_true", help="sweep a packed batch of mixed lengths (causal)")
     return parser
 
