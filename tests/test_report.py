@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.reporting import markdown, terminal
+from conformance.reporting import junit, markdown, terminal
 from conformance.reporting.report import FILES, render, render_run, write_reports
 from conformance.reporting.summary import (compile_tables, group_table, probe_table, tensor_table, totals_table,
                                            verdict_totals)
@@ -137,6 +137,20 @@ def test_summary_environment_known_issues_and_unsupported(summary):
     assert "| 1       | 1       |" in issues  # one xfail, one xpass
     unsupported = summary.split("## Unsupported")[1]
     assert "dtype fp32 not supported on cuda:sm_90 (supported: fp16, bf16) | 2" in unsupported
+
+
+def test_a_long_environment_value_is_cut_in_the_summary_but_whole_elsewhere(lines):
+    """A command naming a hundred cases would widen every row of summary.md's environment
+    table to its length: cut there, saying so; JUnit's properties and env.json keep it."""
+    env = {**read_env(FIXTURE), "command": "python -m conformance run " + " ".join(
+        f"'--case=flash_attention.fwd[fp16,d64,causal,B2,H8,Hkv2,Sq{n},Sk{n},seed0]'" for n in range(100))}
+    table = markdown.render(env, lines).split("## Environment")[1].split("##")[0]
+    rows = [row for row in table.splitlines() if row.startswith("|")]
+    assert max(map(len, rows)) < 400
+    command = next(row for row in rows if row.startswith("| command"))
+    assert f"… ({len(env['command']):,} characters; env.json holds it whole)" in command
+    assert command.split("| ")[2].startswith(env["command"][:markdown.ENV_VALUE_CHARS])
+    assert len(env["command"]) > 5000 and env["command"] in "".join(junit.render(env, lines).splitlines())
 
 
 def test_terminal_report(lines):

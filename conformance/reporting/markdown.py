@@ -14,6 +14,8 @@ from tabulate import tabulate
 from conformance.reporting import compile_time, declared, time_breakdown
 from conformance.reporting import configurations, devices, localized, merge, summary
 
+# The longest environment value summary.md shows whole (summary.environment_rows).
+ENV_VALUE_CHARS = 240
 RULE_TEXT = "Rule: kernel_err <= 2 x max(torch_err, floor) for every tensor."
 PROBES_TEXT = ("The Triton primitives the kernels rely on, each checked alone against torch. Probes do not fail "
                "a run (except `xpass`: a known-issue entry that no longer fails); a failing case whose kernels rely on a failing probe's primitive says so "
@@ -43,7 +45,7 @@ def _with_code_column(headers, rows, column: str):
 
 
 def environment_section(env: dict) -> list[str]:
-    rows = summary.environment_rows(env)
+    rows = summary.environment_rows(env, ENV_VALUE_CHARS)
     out = ["## Environment", "", table(["field", "value"], rows) if rows else "(no env.json)", ""]
     notes = env.get("profile_notes") or []
     if notes:

@@ -153,11 +153,20 @@ def totals_table(lines: list[dict]) -> tuple[list[str], list[list]]:
 
 # --- environment -------------------------------------------------------------------
 
-def environment_rows(env: dict) -> list[list[str]]:
+def environment_rows(env: dict, limit: int | None = None) -> list[list[str]]:
+    """(field, value) rows of env.json's fingerprint, each value cut to `limit` characters
+    where one is given (a table read in a terminal: a command naming many cases would
+    otherwise widen every row to its length), saying how long it is and where it is whole."""
     keys = [key for key in ENV_ORDER if key in env]
     keys += [key for key in env if key not in ENV_ORDER
              and key not in ("profile_notes", "capabilities", "machines", "merge_warnings", "timing")]
-    return [[key, format_env_value(key, env[key])] for key in keys]
+    return [[key, _cut(format_env_value(key, env[key]), limit)] for key in keys]
+
+
+def _cut(text: str, limit: int | None) -> str:
+    if limit is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters; env.json holds it whole)"
 
 
 def implementation_table(env: dict, lines: list[dict]) -> tuple[list[str], list[list]]:
