@@ -156,11 +156,10 @@ def softmax_scores(raw, rows, cols, seq_q, seq_k, sm_scale, softcap, alibi_slope
             scores = tanh  # softmax_scale is the cap
     elif ALIBI:
         # The bias in raw units, one FMA a score: raw - (slope / sm_scale) * distance,
-        # scaled by sm_scale in the softmax's own FMA as plain scores are.  Scaling raw
-        # first (raw * sm_scale - slope * distance, softmax scale 1) cost one FP32
-        # instruction a score more and the plain path's exponent (blocks.normalised's
-        # fma of raw and sm_scale).  slope / sm_scale rounds once per program; the
-        # distance is exact.
+        # which the softmax scales by sm_scale as it does plain scores.  The scaled form,
+        # raw * sm_scale - slope * distance at softmax scale 1, ran the ALiBi forward
+        # 4-7 % slower (H200, bf16 / fp16, S = 8k / 16k; reports/h200-sm90/variants/
+        # alibi-raw-units/).  slope / sm_scale rounds once per program; the distance is exact.
         scores = tl.math.fma(alibi_distance(rows, cols, seq_q, seq_k, CAUSAL), -(alibi_slope / sm_scale), raw)
     return scores, cap_slope
 
