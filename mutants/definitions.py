@@ -173,6 +173,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "(forward and dQ skip the band's keys before the next tile border)",
            (Edit(_BANDS, "first = (tl.maximum(row_start + offset - window_left, 0) // BLOCK_N) * BLOCK_N",
                  "first = tl.cdiv(tl.maximum(row_start + offset - window_left, 0), BLOCK_N) * BLOCK_N"),)),
+    Mutant("window_dkdv_first_tile_rounded_up",
+           "sliding window tile bounds of the dK/dV kernel: its query loop's first tile rounded up "
+           "instead of down (the rows before the next tile border add nothing to dK and dV)",
+           (Edit(_BANDS, "first = (tl.maximum(col_start - offset - window_right, 0) // BLOCK_M) * BLOCK_M",
+                 "first = tl.cdiv(tl.maximum(col_start - offset - window_right, 0), BLOCK_M) * BLOCK_M"),)),
     Mutant("softcap_backward_no_slope",
            "softcap backward misses the cap's derivative: dS not multiplied by 1 - tanh^2(s / c)",
            (Edit(_SCORES, "ds = ds * cap_slope", "ds = ds"),)),
@@ -208,11 +213,29 @@ MUTANTS: tuple[Mutant, ...] = (
            "ALiBi alone: the bias subtracted from the raw scores q . k as slope * distance, not in their "
            "units (slope / sm_scale) * distance (the softmax then scales it by sm_scale a second time)",
            (Edit(_SCORES, "-(alibi_slope / sm_scale), raw)", "-alibi_slope, raw)"),)),
+    Mutant("alibi_slope_of_kv_head",
+           "ALiBi under GQA/MQA: the forward takes the slope of the query head's kv head index "
+           "(slopes[h // group]) instead of its own (slopes[h])",
+           (Edit(_FORWARD, "alibi_slope = head_slope(ALIBI_SLOPES, stride_alibi_b, batch, head, ALIBI)",
+                 "alibi_slope = head_slope(ALIBI_SLOPES, stride_alibi_b, batch, kv_head, ALIBI)"),)),
+    Mutant("alibi_slopes_of_first_batch",
+           "ALiBi slopes of shape (B, H): every sequence takes batch 0's row (the batch stride dropped)",
+           (Edit(_SCORES, "slope = tl.load(SLOPES + batch * stride_batch + head)",
+                 "slope = tl.load(SLOPES + head)"),)),
     Mutant("varlen_keys_of_next_sequence",
            "varlen: the forward reads sequence b's keys from its neighbour's offset cu_seqlens_k[b + 1] "
            "(values and lengths from its own; the last sequence reads past the end of k)",
            (Edit(_FORWARD, "K = at_token(K, k_start, stride_kn)",
                  "K = at_token(K, tl.load(CU_SEQLENS_K + batch + 1), stride_kn)"),)),
+    Mutant("varlen_dkdv_query_spans_of_keys",
+           "varlen: the dK/dV kernel takes each sequence's query span from cu_seqlens_k (right only "
+           "where every sequence has as many queries as keys)",
+           (Edit(_BACKWARD, "q_start, seq_q = sequence_span(CU_SEQLENS_Q, batch)\n"
+                            "        k_start, seq_k = sequence_span(CU_SEQLENS_K, batch)\n"
+                            "        if col_start >= seq_k:",
+                 "q_start, seq_q = sequence_span(CU_SEQLENS_K, batch)\n"
+                 "        k_start, seq_k = sequence_span(CU_SEQLENS_K, batch)\n"
+                 "        if col_start >= seq_k:"),)),
     # ---- faults of kv_cache_attention (issue 34): the split kernel, its merge, the page
     # addressing and the append (kernels/decode_forward.py, kernels/decode_cache.py)
     Mutant("kv_cache_merge_without_rescale",
@@ -232,6 +255,11 @@ MUTANTS: tuple[Mutant, ...] = (
                  "in_cache = cols < tl.cdiv(context_len, page_size) * page_size"),
             Edit("decode_forward.py", "cache_slots(table_row, cols, context_len,",
                  "cache_slots(table_row, cols, tl.cdiv(context_len, page_size) * page_size,"))),
+    Mutant("kv_cache_split_border_tile_twice",
+           "kv_cache_attention's split-KV: every split after the first starts one key tile early, so "
+           "the tile at each split border is counted in two splits (exact with one split)",
+           (Edit("decode_forward.py", "first = split * tiles * BLOCK_N",
+                 "first = tl.maximum(split * tiles - 1, 0) * BLOCK_N"),)),
     Mutant("kv_cache_page_index_off_by_one",
            "paged KV cache: the block-table lookup reads logical page p + 1 (clamped to the sequence's "
            "last page) for position j in page p",

@@ -41,9 +41,11 @@ HANG_SECONDS = 2.0
 # mutant -> the Case field of the variant it breaks (window, softcap, alibi, lens)
 VARIANT_MUTANTS = {
     "window_left_edge_hidden": "window", "window_right_edge_past": "window",
-    "window_first_tile_rounded_up": "window", "softcap_backward_no_slope": "softcap", "softcap_16bit_tanh": "softcap",
-    "alibi_top_left": "alibi", "alibi_bias_added": "alibi",
-    "alibi_bias_in_scaled_units": "alibi", "varlen_keys_of_next_sequence": "lens",
+    "window_first_tile_rounded_up": "window", "window_dkdv_first_tile_rounded_up": "window",
+    "softcap_backward_no_slope": "softcap", "softcap_16bit_tanh": "softcap",
+    "alibi_top_left": "alibi", "alibi_bias_added": "alibi", "alibi_bias_in_scaled_units": "alibi",
+    "alibi_slope_of_kv_head": "alibi", "alibi_slopes_of_first_batch": "alibi",
+    "varlen_keys_of_next_sequence": "lens", "varlen_dkdv_query_spans_of_keys": "lens",
 }
 # Plain attention through the forward and both backward kernels: causal, ragged, Sq != Sk.
 PLAIN_CASE = "flash_attention.bwd[fp16,d64,causal,B1,H2,Hkv2,Sq77,Sk133,seed0]"
