@@ -18,7 +18,7 @@ conformance tiers' business.
 
 --window LEFT sweeps the causal sliding window (LEFT, 0) instead (causal only), for the
 kernel's "window" variant table (`{kernel}.window`, kernels.tuning.launch_config) where the
-band is narrow (kernels.problem.launch_variant), else for its own table; --varlen
+target's tables hold one for a band that narrow (LaunchTable.widest_band), else for its own; --varlen
 the packed batch of benchmarks/variants.varlen_lengths (causal only), for its "varlen" table.
 TFLOP/s then count the visible pairs only, as the variants benchmark does.
 """
@@ -45,7 +45,6 @@ import triton  # noqa: E402
 from conformance.bundled.benchmarks.variants import varlen_lengths, varlen_offsets, visible_pairs  # noqa: E402
 from conformance.bundled import kernels  # noqa: E402
 from conformance.bundled.kernels import tuning, tuning_space  # noqa: E402
-from conformance.bundled.kernels.problem import launch_variant  # noqa: E402
 
 GRID = dict(block_m=(64, 128), block_n=(64, 128), num_warps=(4, 8), num_stages=(2, 3, 4), descriptors=(False,))
 BACKWARD_GRID = dict(GRID, num_stages=(2, 3))  # the backward's loops hold more tiles
@@ -69,10 +68,12 @@ class Shape:
     def batch(self) -> int:
         return self.tokens // self.seq_len
 
-    @property
-    def table_variant(self) -> str | None:
-        """The variant table this problem reads (kernels.problem.launch_variant)."""
-        return launch_variant((self.window, 0) if self.window else None, self.varlen)
+    def table_choice(self) -> dict:
+        """launch_config's `variants` and `band_keys` for this problem, as the kernels pass
+        them (kernels.problem.AttentionProblem.table_choice): a causal window (left, 0) holds
+        left + 1 keys a row."""
+        variants = ("window",) * bool(self.window) + ("varlen",) * self.varlen
+        return dict(variants=variants, band_keys=self.window + 1 if self.window else None)
 
     def call(self, q, k, v):
         if self.varlen:
@@ -197,7 +198,7 @@ def main(argv=None) -> int:
     causal_modes = (True,) if args.window or args.varlen else (False, True)
     for d, causal in itertools.product((int(x) for x in args.head_dims.split(",")), causal_modes):
         shape = Shape(d, args.seq_len, causal, args.window, args.varlen)
-        table_row = tuning.launch_config(args.kernel, d, args.dtype, variant=shape.table_variant)
+        table_row = tuning.launch_config(args.kernel, d, args.dtype, **shape.table_choice())
         rows = []
         for values in itertools.product(*grid.values()):
             config = tuning.LaunchConfig(**dict(zip(grid, values)))

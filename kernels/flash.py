@@ -75,8 +75,8 @@ def _forward(q, k, v, problem: AttentionProblem):
         return out, lse
     dropout, strides = problem.dropout, problem.strides
     block_d = padded_head_dim(problem.head_dim, q.dtype)
-    cfg = launch_kwargs("fwd", block_d, q.dtype, variant="dropout" if dropout is not None else problem.table_variant,
-                        streamed=(k, v))
+    tables = {"variants": "dropout"} if dropout is not None else problem.table_choice()
+    cfg = launch_kwargs("fwd", block_d, q.dtype, **tables, streamed=(k, v))
     head_dim = head_dim_bound(problem.head_dim, block_d, cfg)  # None: no column masks
     drop_args, drop_flag = _dropout_kwargs(dropout)
     blocks, batch_heads, tiles = _tiles(problem, "q", cfg["BLOCK_M"], heads)
@@ -114,14 +114,14 @@ def _backward(q, k, v, out, lse, do, problem: AttentionProblem):
     common = dict(CAUSAL=problem.causal, BLOCK_D=block_d, INTERPRETED=emulate, **drop_flag,
                   **problem.variant_flags())
     variant_args = problem.variant_args()
-    dkdv = launch_kwargs("bwd_dkdv", block_d, q.dtype, variant=problem.table_variant, streamed=(q, do))
+    dkdv = launch_kwargs("bwd_dkdv", block_d, q.dtype, **problem.table_choice(), streamed=(q, do))
     blocks, batch_heads, tiles = _tiles(problem, "k", dkdv["BLOCK_N"], kv_heads)
     launch(dkdv_kernel, blocks, batch_heads,
            q, k, v, do, lse, delta, dk, dv, problem.sm_scale,
            *inputs, *strides(dk), *strides(dv),
            heads, kv_heads, group, seq_q, seq_k, head_dim_bound(problem.head_dim, block_d, dkdv),
            *drop_args, *variant_args, STAGES=dkdv["num_stages"], **common, **tiles, **dkdv)
-    dqk = launch_kwargs("bwd_dq", block_d, q.dtype, variant=problem.table_variant, streamed=(k, v))
+    dqk = launch_kwargs("bwd_dq", block_d, q.dtype, **problem.table_choice(), streamed=(k, v))
     blocks, batch_heads, tiles = _tiles(problem, "q", dqk["BLOCK_M"], heads)
     launch(dq_kernel, blocks, batch_heads,
            q, k, v, do, lse, delta, dq, problem.sm_scale,

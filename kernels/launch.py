@@ -59,15 +59,18 @@ def head_dim_bound(head_dim: int, block_d: int, launch: dict | None = None) -> i
 
 
 def launch_kwargs(kernel: str, block_d: int, dtype: torch.dtype, tiles=("BLOCK_M", "BLOCK_N"),
-                  variant: str | None = None, streamed: tuple[torch.Tensor, ...] | None = None) -> dict:
+                  variants: str | tuple[str, ...] = (), band_keys: int | None = None,
+                  streamed: tuple[torch.Tensor, ...] | None = None) -> dict:
     """The tile sizes named in `tiles` (those the kernel takes), num_warps, num_stages
     and the backend's knobs (e.g. waves_per_eu) of `kernel` on the current target;
-    `variant` (e.g. "dropout") picks that variant's table where the target has one.
+    `variants` (e.g. "dropout") pick a variant's table where the target has one, and
+    `band_keys` (a window's keys a row) whether a narrow band's table applies
+    (kernels.tuning.launch_config).
     A kernel that can stream tiles through tensor descriptors names the tensors it
     streams (`streamed`) and gets DESCRIPTORS: its table's choice, where they allow it.
     HEAD_CHUNK is passed where the table slices the head dim (only the kernels whose
     tables set it take it)."""
-    cfg = launch_config(kernel, block_d, DTYPE_NAMES[dtype], variant=variant)
+    cfg = launch_config(kernel, block_d, DTYPE_NAMES[dtype], variants=variants, band_keys=band_keys)
     kwargs = config_kwargs(cfg, block_d, dtype, tiles)
     if streamed is not None:
         kwargs["DESCRIPTORS"] = cfg.descriptors and descriptors_allowed(streamed)

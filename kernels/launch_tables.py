@@ -64,9 +64,15 @@ class LaunchConfig:
 @dataclass(frozen=True)
 class LaunchTable:
     """Launch configs of one kernel, chosen by head dim: the first row whose
-    `max_head_dim` is >= the (padded) head dim wins."""
+    `max_head_dim` is >= the (padded) head dim wins.
+
+    widest_band: set on a table for banded problems (a sliding window's "window" variant):
+    the most keys a row (left + right + 1) whose band it serves.  Its rows were measured
+    faster than the kernel's own only for bands that narrow, on the hardware its set was
+    tuned on; a wider band, or a problem with no band, passes it by (kernels.tuning.launch_config)."""
 
     rows: tuple[tuple[int, LaunchConfig], ...]
+    widest_band: int | None = None
 
     def pick(self, head_dim: int) -> LaunchConfig:
         for max_head_dim, config in self.rows:
@@ -76,16 +82,21 @@ class LaunchTable:
 
     def replaced(self, bound: int, config: LaunchConfig) -> LaunchTable:
         """This table with the row of `bound` holding `config` instead."""
-        return LaunchTable(tuple((row, config if row == bound else old) for row, old in self.rows))
+        return replace(self, rows=tuple((row, config if row == bound else old) for row, old in self.rows))
+
+    def serves_band(self, band_keys: int | None) -> bool:
+        """Whether a problem whose band holds `band_keys` keys a row (None: no band) takes
+        this table: always, unless the table is for bands of at most `widest_band` keys."""
+        return self.widest_band is None or (band_keys is not None and band_keys <= self.widest_band)
 
 
-def table(*rows: tuple[int, LaunchConfig]) -> LaunchTable:
-    return LaunchTable(tuple(rows))
+def table(*rows: tuple[int, LaunchConfig], widest_band: int | None = None) -> LaunchTable:
+    return LaunchTable(tuple(rows), widest_band)
 
 
 def map_tables(tables: dict[str, LaunchTable], change) -> dict[str, LaunchTable]:
     """Every config of every table passed through `change(config) -> config`."""
-    return {name: LaunchTable(tuple((bound, change(config)) for bound, config in tab.rows))
+    return {name: replace(tab, rows=tuple((bound, change(config)) for bound, config in tab.rows))
             for name, tab in tables.items()}
 
 

@@ -36,26 +36,6 @@ def resolve_window(window_size: tuple[int, int] | None, causal: bool, seq_q: int
     return False, (reach if left < 0 else min(left, reach), reach if right < 0 else min(right, reach))
 
 
-# A band of at most this many keys a row (left + right + 1) runs key loops a few tiles
-# long, for which the launch tables' "window" rows (smaller query tiles) are chosen; a wider
-# band's loops are long enough for the kernel's own rows.  On an H200 at S = 8k and 16k,
-# bf16 and fp16, causal (reports/h200-sm90/variants/window-fwd-row/): the window forward
-# rows 5-11 % faster at 1,025 keys (left 1024), 2-6 % slower at 2,049 and 5-13 % at 4,097;
-# the window dQ rows 4-5 % faster at 1,025, 0-2 % slower at 4,097.  1,536 lies between the
-# measured points.
-NARROW_BAND_KEYS = 1536
-
-
-def launch_variant(band: tuple[int, int] | None, varlen: bool) -> str | None:
-    """The launch tables' variant of a problem (kernels.tuning.launch_config): "window" for
-    a narrow band (NARROW_BAND_KEYS), "varlen" for a packed batch (many short sequences),
-    else None (the kernel's own table).  A target without the variant's table takes the
-    kernel's own."""
-    if band is not None and band[0] + band[1] + 1 <= NARROW_BAND_KEYS:
-        return "window"
-    return "varlen" if varlen else None
-
-
 @dataclass(frozen=True, eq=False)
 class AttentionProblem:
     """batch (sequences, for varlen), heads, kv_heads, seq_q and seq_k (the longest, for
@@ -87,9 +67,17 @@ class AttentionProblem:
         return self.cu_seqlens_q is not None
 
     @property
-    def table_variant(self) -> str | None:
-        """The launch tables' variant a call of this problem takes (`launch_variant`)."""
-        return launch_variant(self.band, self.varlen)
+    def band_keys(self) -> int | None:
+        """The most keys a row of the band sees (left + right + 1); None without a band."""
+        return None if self.band is None else self.band[0] + self.band[1] + 1
+
+    def table_choice(self) -> dict:
+        """launch_kwargs' `variants` and `band_keys` for this problem: the launch tables'
+        variants it may take, first preferred -- "window" for a band (where the tables hold
+        rows for a band that narrow: LaunchTable.widest_band), "varlen" for a packed batch --
+        and its band's keys a row.  A target without a variant's table takes the kernel's own."""
+        variants = ("window",) * (self.band is not None) + ("varlen",) * self.varlen
+        return dict(variants=variants, band_keys=self.band_keys)
 
     def strides(self, t: torch.Tensor) -> tuple[int, ...]:
         """(batch, head, row, dim) strides of an input, output or gradient: a packed

@@ -113,6 +113,14 @@ _HOPPER_FORWARD = table(
     (128, LaunchConfig(128, 128, num_warps=8, num_stages=3)),
     (256, LaunchConfig(64, 32, num_warps=8, num_stages=2)),
 )
+# The widest band (keys a row, left + right + 1) the Hopper "window" tables serve: their short
+# loops favour smaller query tiles, a wider band's are long enough for the kernels' own rows.
+# On an H200 at S = 8k and 16k, bf16 and fp16, causal (reports/h200-sm90/variants/window-fwd-row/):
+# the window forward rows 5-11 % faster at 1,025 keys (left 1024), 2-6 % slower at 2,049 and
+# 5-13 % at 4,097; the window dQ rows 4-5 % faster at 1,025, 0-2 % slower at 4,097.  1,536 lies
+# between the measured points.  A bound of these tables, measured on this family: another
+# set's window tables carry their own (LaunchTable.widest_band).
+HOPPER_NARROW_BAND_KEYS = 1536
 HOPPER_LAUNCH = {
     **CUDA_LAUNCH,
     "fwd": _HOPPER_FORWARD,
@@ -147,8 +155,8 @@ HOPPER_LAUNCH = {
         (128, LaunchConfig(128, 64, num_warps=8, num_stages=3)),
         _HOPPER_FORWARD.rows[-1],
     ),
-    # A narrow sliding window's forward (kernels.problem.launch_variant: bands of at most
-    # 1,536 keys; wider ones take the dense rows): its loops of a few key tiles favour
+    # A narrow sliding window's forward (bands of at most HOPPER_NARROW_BAND_KEYS keys a row;
+    # wider ones take the dense rows): its loops of a few key tiles favour
     # 64x64 tiles with 4 warps, two programs a processor.  benchmarks/tune_launch.py --window
     # 1024 on an H200 (bf16, S = 8192, causal, 2 and 3 stages, with and without descriptors;
     # reports/h200-sm90/variants/window-fwd-row/): 337 / 361 TFLOP/s against the dense rows'
@@ -159,6 +167,7 @@ HOPPER_LAUNCH = {
         (64, LaunchConfig(64, 64, num_warps=4, num_stages=2)),
         (128, LaunchConfig(64, 64, num_warps=4, num_stages=3)),
         _HOPPER_FORWARD.rows[-1],
+        widest_band=HOPPER_NARROW_BAND_KEYS,
     ),
     # dQ of a narrow sliding window (the dK/dV kernel keeps its dense rows there): the band's
     # short key loops favour 64-row query tiles with 2 stages.  benchmarks/tune_launch.py
@@ -171,6 +180,7 @@ HOPPER_LAUNCH = {
         (64, LaunchConfig(64, 64, num_warps=4, num_stages=2, descriptors=True)),
         (128, LaunchConfig(64, 64, num_warps=4, num_stages=2, descriptors=True)),
         CUDA_LAUNCH["bwd_dq"].rows[-1],
+        widest_band=HOPPER_NARROW_BAND_KEYS,
     ),
     "bwd_dkdv": table(
         (64, LaunchConfig(64, 64, num_warps=4, num_stages=3, descriptors=True)),

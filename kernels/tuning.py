@@ -96,21 +96,26 @@ OVERRIDES: dict[str, LaunchConfig] = {}
 
 
 def launch_config(kernel: str, head_dim: int, dtype: str = "fp16", target: Target | None = None,
-                  variant: str | None = None) -> LaunchConfig:
+                  variants: str | tuple[str, ...] = (), band_keys: int | None = None) -> LaunchConfig:
     """Launch config of `kernel` for a (padded) head dim and input dtype name on `target`
     (default: the current one).  A table keyed `"{kernel}.{dtype}"` (e.g. `fwd.fp32`, whose
     tiles take twice the shared memory) overrides the kernel's general table, and so, for
-    the other dtypes, does `"{kernel}.{variant}"` (e.g. `fwd.dropout`, whose random-number
-    tiles need shared memory of their own).  A role the tables lack takes the tables of the
-    role it borrows (BORROWED).  An override (OVERRIDES) wins over every table."""
+    the other dtypes, does `"{kernel}.{variant}"` for the first of the problem's `variants`
+    (a name or names, first preferred) the tables hold: e.g. `fwd.dropout`, whose
+    random-number tiles need shared memory of their own, or `fwd.window` then `fwd.varlen`
+    for a windowed packed batch.  A table for narrow bands (LaunchTable.widest_band) is
+    passed by unless the problem's band, `band_keys` keys a row, is that narrow.  A role the
+    tables lack takes the tables of the role it borrows (BORROWED).  An override
+    (OVERRIDES) wins over every table."""
     if kernel in OVERRIDES:
         return OVERRIDES[kernel]
     tables = launch_tables(target or current_target())
+    variants = (variants,) if isinstance(variants, str) else variants
     roles = (kernel, *((BORROWED[kernel],) if kernel in BORROWED else ()))
     for role in roles:  # a borrowed role's tables, not its override: a sweep of fwd leaves decode alone
-        keys = (f"{role}.{dtype}", *((f"{role}.{variant}",) if variant else ()), role)
+        keys = (f"{role}.{dtype}", *(f"{role}.{variant}" for variant in variants), role)
         for key in keys:
-            if key in tables:
+            if key in tables and tables[key].serves_band(band_keys):
                 return tables[key].pick(head_dim)
     raise KeyError(f"no launch table for kernel {kernel!r}")
 

@@ -10,7 +10,9 @@ import torch
 from conformance.bundled.benchmarks import tune_launch
 from conformance.bundled.kernels import tuning
 from conformance.bundled.kernels.targets import INTERPRETER
-from conformance.bundled.kernels.problem import NARROW_BAND_KEYS, launch_variant
+from conformance.bundled.kernels.problem import AttentionProblem
+from conformance.bundled.kernels.tables_nvidia import HOPPER_LAUNCH, HOPPER_NARROW_BAND_KEYS
+from conformance.bundled.kernels.targets import Target
 
 SWEPT = tuning.LaunchConfig(16, 32, num_warps=4, num_stages=1)
 # What the problem's own variant table would give: a sweep that replaced only the kernel's
@@ -92,30 +94,69 @@ def test_a_sweep_says_when_the_tables_row_is_missing_or_failed():
     assert lines[1].endswith("300.0 TFLOP/s") and "failed: RuntimeError: y" in lines[2] and len(lines) == 3
 
 
-def test_a_shape_reads_the_variant_table_the_kernels_would():
-    assert [shape.table_variant for shape in SHAPES] == [None, None, "window", "varlen"]
-    wide = tune_launch.Shape(16, 8192, True, window=NARROW_BAND_KEYS)  # left + 1 keys: one past narrow
-    assert wide.table_variant is None
+HOPPER_TARGET = Target("cuda", 90, 32)
 
 
-@pytest.mark.parametrize("band, varlen, variant", [
-    ((NARROW_BAND_KEYS - 1, 0), False, "window"), ((0, NARROW_BAND_KEYS - 1), True, "window"),
-    ((NARROW_BAND_KEYS, 0), False, None), ((NARROW_BAND_KEYS, 0), True, "varlen"),
-    ((700, 900), False, None), (None, True, "varlen"), (None, False, None),
+def _problem(band, varlen) -> AttentionProblem:
+    """An sm_90 call's problem as far as its launch tables go: a band and a packed batch or not."""
+    offsets = torch.tensor([0, 64], dtype=torch.int32) if varlen else None
+    return AttentionProblem(1, 2, 2, 64, 64, 64, False, 0.125, None, band=band, cu_seqlens_q=offsets,
+                            cu_seqlens_k=offsets)
+
+
+NARROW, WIDE = HOPPER_NARROW_BAND_KEYS - 1, HOPPER_NARROW_BAND_KEYS  # left + 1 keys a row: the widest narrow band, one more
+
+
+@pytest.mark.parametrize("band, varlen, tables", [
+    ((NARROW, 0), False, ("fwd.window", "bwd_dq.window", "bwd_dkdv")),
+    ((0, NARROW), True, ("fwd.window", "bwd_dq.window", "bwd_dkdv")),
+    ((WIDE, 0), False, ("fwd", "bwd_dq", "bwd_dkdv")),
+    ((WIDE, 0), True, ("fwd.varlen", "bwd_dq", "bwd_dkdv")),
+    ((700, 900), False, ("fwd", "bwd_dq", "bwd_dkdv")),
+    (None, True, ("fwd.varlen", "bwd_dq", "bwd_dkdv")),
+    (None, False, ("fwd", "bwd_dq", "bwd_dkdv")),
 ])
-def test_only_a_narrow_band_takes_the_window_tables(band, varlen, variant):
-    """A band of at most NARROW_BAND_KEYS keys a row (left + right + 1) runs the "window"
-    rows; a wider one the kernel's own (or the packed batch's)."""
-    assert launch_variant(band, varlen) == variant
+def test_only_a_narrow_band_takes_the_window_tables(band, varlen, tables):
+    """On sm_90 a band of at most HOPPER_NARROW_BAND_KEYS keys a row (left + right + 1) runs
+    the "window" rows of the forward and dQ (before a packed batch's); a wider one the
+    kernel's own or the packed batch's.  The dK/dV kernel has neither."""
+    choice = _problem(band, varlen).table_choice()
+    for kernel, table in zip(("fwd", "bwd_dq", "bwd_dkdv"), tables):
+        assert tuning.launch_config(kernel, 64, "fp16", HOPPER_TARGET, **choice) == HOPPER_LAUNCH[table].pick(64), kernel
+
+
+def test_the_window_tables_are_hoppers_narrow_band_tables():
+    """The bound is the table set's: the Hopper window tables carry it, and a target whose
+    set has no window table (sm_80) takes the kernel's own rows for every band."""
+    assert {name: tab.widest_band for name, tab in HOPPER_LAUNCH.items() if name.endswith(".window")} == {
+        "fwd.window": HOPPER_NARROW_BAND_KEYS, "bwd_dq.window": HOPPER_NARROW_BAND_KEYS}
+    ampere = Target("cuda", 80, 32)
+    narrow = _problem((15, 0), False).table_choice()
+    assert tuning.launch_config("fwd", 64, "fp16", ampere, **narrow) == tuning.launch_config("fwd", 64, "fp16", ampere)
+    assert not tuning.table((64, SWEPT), widest_band=16).serves_band(None)  # no band: not a band's table
+    assert tuning.table((64, SWEPT)).serves_band(None) and tuning.table((64, SWEPT)).serves_band(10**6)
+
+
+def test_a_shape_reads_the_tables_the_kernels_would():
+    """tune_launch's Shape names its tables as the kernels' problem does (a causal window
+    (left, 0): left + 1 keys a row), so a sweep's `table` row is the one the kernels launch."""
+    for shape in SHAPES + [tune_launch.Shape(16, 8192, True, window=HOPPER_NARROW_BAND_KEYS)]:
+        band = (shape.window, 0) if shape.window else None
+        assert shape.table_choice() == _problem(band, shape.varlen).table_choice(), shape
+    wide = tune_launch.Shape(64, 8192, True, window=HOPPER_NARROW_BAND_KEYS)  # left + 1 keys: one past narrow
+    narrow = tune_launch.Shape(64, 8192, True, window=HOPPER_NARROW_BAND_KEYS - 1)
+    assert tuning.launch_config("fwd", 64, "bf16", HOPPER_TARGET, **wide.table_choice()) == HOPPER_LAUNCH["fwd"].pick(64)
+    assert tuning.launch_config("fwd", 64, "bf16", HOPPER_TARGET, **narrow.table_choice()) == \
+        HOPPER_LAUNCH["fwd.window"].pick(64)
 
 
 def test_main_marks_the_tables_row_in_its_lines_and_ranking(monkeypatch, tmp_path, capsys):
     """The command's plumbing with the timing stubbed (it needs a GPU): one JSON line per row, the
     current table's row flagged, the environment beside the lines, a ranking per problem."""
-    table_row = tuning.launch_config("fwd", 64, "fp16", target=INTERPRETER, variant="varlen")
+    table_row = tuning.launch_config("fwd", 64, "fp16", target=INTERPRETER, variants="varlen")
     monkeypatch.setattr(tune_launch.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(tune_launch.tuning, "launch_config",
-                        lambda kernel, head_dim, dtype, variant=None: table_row)
+                        lambda kernel, head_dim, dtype, variants=(), band_keys=None: table_row)
     monkeypatch.setattr(tune_launch, "measure", lambda kernel, config, shape, dtype: float(config.block_m))
     out = tmp_path / "fwd.jsonl"
     grid = ["--block-m", f"32,{table_row.block_m}", "--block-n", str(table_row.block_n), "--warps",
