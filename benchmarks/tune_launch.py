@@ -45,6 +45,7 @@ import triton  # noqa: E402
 from conformance.bundled.benchmarks.variants import varlen_lengths, varlen_offsets, visible_pairs  # noqa: E402
 from conformance.bundled import kernels  # noqa: E402
 from conformance.bundled.kernels import tuning, tuning_space  # noqa: E402
+from conformance.bundled.kernels.problem import table_choice  # noqa: E402
 
 GRID = dict(block_m=(64, 128), block_n=(64, 128), num_warps=(4, 8), num_stages=(2, 3, 4), descriptors=(False,))
 BACKWARD_GRID = dict(GRID, num_stages=(2, 3))  # the backward's loops hold more tiles
@@ -69,11 +70,9 @@ class Shape:
         return self.tokens // self.seq_len
 
     def table_choice(self) -> dict:
-        """launch_config's `variants` and `band_keys` for this problem, as the kernels pass
-        them (kernels.problem.AttentionProblem.table_choice): a causal window (left, 0) holds
-        left + 1 keys a row."""
-        variants = ("window",) * bool(self.window) + ("varlen",) * self.varlen
-        return dict(variants=variants, band_keys=self.window + 1 if self.window else None)
+        """launch_config's `variants` and `band_keys` for this problem, as the kernels choose
+        them (kernels.problem.table_choice)."""
+        return table_choice((self.window, 0) if self.window else None, self.varlen)
 
     def call(self, q, k, v):
         if self.varlen:

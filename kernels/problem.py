@@ -36,6 +36,17 @@ def resolve_window(window_size: tuple[int, int] | None, causal: bool, seq_q: int
     return False, (reach if left < 0 else min(left, reach), reach if right < 0 else min(right, reach))
 
 
+def table_choice(band: tuple[int, int] | None, varlen: bool) -> dict:
+    """The launch tables a problem with this band (resolve_window's) and packing may take, as
+    launch_config's keywords: `variants` first preferred -- "window" for a band (where the
+    tables hold rows for a band that narrow: LaunchTable.widest_band), "varlen" for a packed
+    batch -- and `band_keys`, the most keys a row of the band sees (left + right + 1).  A
+    target without a variant's table takes the kernel's own.  The kernels' calls, the launch
+    sweeps (benchmarks/tune_launch.py) and the reports' tile geometry all choose by it."""
+    variants = ("window",) * (band is not None) + ("varlen",) * varlen
+    return dict(variants=variants, band_keys=None if band is None else band[0] + band[1] + 1)
+
+
 @dataclass(frozen=True, eq=False)
 class AttentionProblem:
     """batch (sequences, for varlen), heads, kv_heads, seq_q and seq_k (the longest, for
@@ -66,18 +77,9 @@ class AttentionProblem:
     def varlen(self) -> bool:
         return self.cu_seqlens_q is not None
 
-    @property
-    def band_keys(self) -> int | None:
-        """The most keys a row of the band sees (left + right + 1); None without a band."""
-        return None if self.band is None else self.band[0] + self.band[1] + 1
-
     def table_choice(self) -> dict:
-        """launch_kwargs' `variants` and `band_keys` for this problem: the launch tables'
-        variants it may take, first preferred -- "window" for a band (where the tables hold
-        rows for a band that narrow: LaunchTable.widest_band), "varlen" for a packed batch --
-        and its band's keys a row.  A target without a variant's table takes the kernel's own."""
-        variants = ("window",) * (self.band is not None) + ("varlen",) * self.varlen
-        return dict(variants=variants, band_keys=self.band_keys)
+        """launch_kwargs' `variants` and `band_keys` for this problem (`table_choice`)."""
+        return table_choice(self.band, self.varlen)
 
     def strides(self, t: torch.Tensor) -> tuple[int, ...]:
         """(batch, head, row, dim) strides of an input, output or gradient: a packed

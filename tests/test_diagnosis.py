@@ -247,3 +247,23 @@ def test_profiles_do_not_depend_on_how_the_slices_are_chunked(monkeypatch):
     assert (whole.offending, whole.nonfinite, whole.largest_element) == pytest.approx(
         (sliced.offending, sliced.nonfinite, sliced.largest_element), rel=1e-12)
     assert whole.factor == sliced.factor
+
+
+def test_the_tiles_of_a_windowed_case_are_those_its_kernels_launch_with(monkeypatch):
+    """Localization's tile geometry reads the tables the kernels take (kernels.problem.table_choice):
+    a band's own table where it serves the band, and the kernel's own otherwise."""
+    from conformance.bundled.kernels import tuning
+    from conformance.diagnosing.geometry import bundled_tiles
+
+    banded = tuning.LaunchConfig(16, 16)
+    tables = dict(tuning.INTERPRETER_LAUNCH)
+    for kernel in ("fwd", "bwd_dq"):
+        tables[f"{kernel}.window"] = tuning.table((256, banded), widest_band=100)
+    monkeypatch.setattr(tuning, "INTERPRETER_LAUNCH", tables)
+    plain = tuning.INTERPRETER_LAUNCH["fwd"].pick(64)
+    for window, expected in (("win8_0", (16, 16)), ("win200_0", (plain.block_m, plain.block_n))):
+        case = Case.from_id(f"flash_attention.bwd[fp16,d32,causal,B1,H2,Hkv2,Sq96,Sk96,{window},seed0]")
+        assert bundled_tiles(case, "out") == expected and bundled_tiles(case, "dq") == expected, window
+    dkdv = tuning.INTERPRETER_LAUNCH["bwd_dkdv"].pick(64)
+    assert bundled_tiles(Case.from_id("flash_attention.bwd[fp16,d32,causal,B1,H2,Hkv2,Sq96,Sk96,win8_0,seed0]"),
+                         "dk") == (dkdv.block_m, dkdv.block_n)

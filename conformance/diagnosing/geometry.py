@@ -99,21 +99,20 @@ def bundled_tiles(case: Case, name: str) -> tuple[int, int] | None:
     from conformance.cases.inputs import TORCH_DTYPES
     from conformance.running.configurations import applied
     from conformance.bundled.kernels.launch import padded_head_dim
-    from conformance.bundled.kernels.problem import resolve_window
+    from conformance.bundled.kernels.problem import resolve_window, table_choice
     from conformance.bundled.kernels.tuning import launch_config
 
-    # The tables kernels.flash names: the forward's dropout table, else a band's (the
-    # forward's and the backward kernels'); total attention and piecewise, their own.
+    # The tables kernels.flash names: the forward's dropout table, else the problem's
+    # (a band's, for the forward and the backward kernels); total attention and piecewise, their own.
     _, band = resolve_window(case.window, case.causal, case.seq_q, case.seq_k)
-    band_keys = None if band is None else band[0] + band[1] + 1
     if writer == "fwd" and case.dropout:
-        variants = ("dropout",)
+        tables = {"variants": "dropout"}
     else:
-        variants = ("window",) if band and writer in ("fwd", "bwd_dq", "bwd_dkdv") else ()
+        tables = table_choice(band, False) if writer in ("fwd", "bwd_dq", "bwd_dkdv") else {}
     head_dim = padded_head_dim(case.head_dim, TORCH_DTYPES[case.dtype])
     try:
         with applied(case):
-            config = launch_config(writer, head_dim, case.dtype, variants=variants, band_keys=band_keys)
+            config = launch_config(writer, head_dim, case.dtype, **tables)
     except (KeyError, ValueError):  # a kernel launched from another kernel's table
         return None
     return config.block_m, config.block_n
