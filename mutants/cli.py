@@ -1,7 +1,7 @@
 """`python -m mutants`: hunt the mutants with the conformance catalog, print and write the kill table.
 
     python -m mutants [--tier smoke|standard|full|auto] [--mutant NAME ...] [--out DIR]
-                      [--max-kills N] [-j N] [--backend KEY] [--list]
+                      [--max-kills N] [-j N] [--backend KEY] [--hunt-timeout S] [--list]
 
 Exit codes: 0 every mutant killed (or its fault cannot show on this backend);
 1 a mutant survived or no longer builds; 2 usage error.
@@ -20,7 +20,8 @@ from conformance import backends
 from conformance.running.environment import fingerprint
 from conformance.running.results import default_run_dir, write_env
 from conformance.bundled.mutants.definitions import BY_NAME, COUNTED
-from conformance.bundled.mutants.kill import TIER_LADDER, exit_status, hunt_all
+from conformance.bundled.mutants.hunters import HUNT_TIMEOUT_S, hunt_all
+from conformance.bundled.mutants.kill import TIER_LADDER, exit_status
 from conformance.bundled.mutants.report import mutants_writer, kill_text, result_text, terminal, write_table
 
 EXIT_USAGE = 2
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--shrink", type=float, default=0, metavar="S",
                         help="also shrink each mutant's first kill to the smallest case that still kills it, "
                              "S seconds each (default 0: off)")
+    parser.add_argument("--hunt-timeout", type=float, default=HUNT_TIMEOUT_S, metavar="S",
+                        help=f"seconds a hunt's process may run before it counts as hung and goes on with "
+                             f"each case isolated (default {HUNT_TIMEOUT_S:g})")
     parser.add_argument("--list", action="store_true", help="list the mutants and their fault classes")
     return parser
 
@@ -103,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         report(line)
 
     try:
-        lines = hunt_all(names, tier, args.backend, args.max_kills, jobs, on_result=record, shrink_s=args.shrink)
+        lines = hunt_all(names, tier, args.backend, args.max_kills, jobs, on_result=record, shrink_s=args.shrink,
+                         hunt_timeout_s=args.hunt_timeout)
     finally:
         writer.close()
     print("\n" + terminal(lines))

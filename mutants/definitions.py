@@ -268,6 +268,28 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("kv_cache_new_kv_one_slot_late",
            "kv_cache_attention's append writes k_new, v_new one slot late, at cache_seqlens + 1 + i",
            (Edit("decode_cache.py", "positions = cache_len + tokens", "positions = cache_len + tokens + 1"),)),
+    Mutant("kv_cache_band_from_last_token",
+           "kv_cache_attention with a window: a row tile's first key tile is taken from its last query "
+           "token's band, not its first's, so the earlier new tokens lose the keys at their band's "
+           "left edge (exact with one new token)",
+           (Edit("decode_forward.py", "band_keys(row_start // group_size, last_token,",
+                 "band_keys(last_token, last_token,"),)),
+    Mutant("kv_cache_new_values_from_keys",
+           "kv_cache_attention's append writes the new tokens' keys into the value cache (k_new where "
+           "v_new belongs: a copy-paste slip)",
+           (Edit("decode_cache.py", "append_rows(V_NEW, V_CACHE,", "append_rows(K_NEW, V_CACHE,"),)),
+    Mutant("kv_cache_split_tiles_rounded_down",
+           "kv_cache_attention's split-KV: each split's share of key tiles rounded down, not up, so a "
+           "sequence's last tiles fall in no split where its tile count is no multiple of the splits "
+           "(exact with one split)",
+           (Edit("decode_forward.py", "tiles = tl.cdiv(tl.cdiv(context_len, BLOCK_N), num_splits)",
+                 "tiles = tl.maximum(tl.cdiv(context_len, BLOCK_N) // num_splits, 1)"),)),
+    Mutant("varlen_lse_head_stride_of_sequence",
+           "varlen: the forward strides the heads of the (H, total_q) log-normalizer layout by the "
+           "sequence's own query count, not the batch's total (heads and sequences overwrite each "
+           "other's rows; right only for a batch of one sequence)",
+           (Edit(_FORWARD, "lse_base = row_stats(LSE, batch_head, head, seq_q, q_start, total_q, VARLEN)",
+                 "lse_base = row_stats(LSE, batch_head, head, seq_q, q_start, seq_q, VARLEN)"),)),
     # ---- robustness fixtures (not counted, never run by the kill table)
     Mutant("crash",
            "out-of-bounds read 2^40 elements past K when Sk == 1: an illegal memory access on a GPU, "

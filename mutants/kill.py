@@ -6,8 +6,9 @@ standard (then full) if the tier asked for allows and nothing killed it yet;
 within a tier cases run in pairwise-coverage order (mutants.ordering) and the
 hunt stops after `max_kills` killing cases (0: run the whole tier, list every kill).
 
-Each mutant is hunted in its own worker process (spawned: the backend is
-activated before any kernel is imported, and a CUDA context is never forked).
+Each mutant is hunted in a process of its own (mutants.hunters), its cases run in
+that process; a hunt that lost its process to a case goes on with each case in an
+isolated worker (`Progress.isolated`), where a crash or a hang is that case's `error`.
 The result of one hunt is one line of mutants.jsonl: `kind` "mutant", `case`
 "mutant.<name>", and a `verdict` of the sensitivity check itself --
 
@@ -19,10 +20,10 @@ The result of one hunt is one line of mutants.jsonl: `kind` "mutant", `case`
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Callable
 
 from conformance import backends
 from conformance.cases.catalog import Case
@@ -30,8 +31,9 @@ from conformance.cases.tiers import cases, TIERS
 from conformance.diagnosing.diagnosis import failing
 from conformance.diagnosing.shrink_command import Shrinker
 from conformance.judging import verdicts
-from conformance.running.implementations import Implementations
-from conformance.running.runner import run_case
+from conformance.running.implementations import Implementations, reproduce_command
+from conformance.running.isolation import DEFAULT_TIMEOUT_S, IsolatedRunner
+from conformance.running.runner import base_line, run_case
 from conformance.usage import UsageError
 from conformance.bundled.mutants.definitions import BY_NAME
 from conformance.bundled.mutants.ordering import coverage_order
@@ -40,6 +42,29 @@ from conformance.bundled.mutants.transform import PatternError, load
 
 TIER_LADDER = ("smoke", "standard", "full")
 KILLED, SURVIVED, BROKEN = "killed", "survived", "broken"
+
+
+@dataclass
+class Progress:
+    """How far a hunt has come, so that another process can go on with it: the cases run
+    (`done`), the kills found, the cases run per tier.  `isolated`: run each case in an
+    isolated worker (conformance.running.isolation); `lost`: why the hunt's earlier
+    process ended without a result (mutants.hunters), `first` the case it was running.  `on_case(rung, case_id, kill)`,
+    where set, is told of each case before it runs (kill None) and after (its kill record
+    or {})."""
+
+    done: set = field(default_factory=set)
+    kills: list = field(default_factory=list)
+    cases_run: dict = field(default_factory=dict)
+    isolated: bool = False
+    lost: str = ""
+    first: str | None = None  # the case to run first: the one the lost process was running
+    case_timeout_s: float | None = None  # isolated cases' limit (None: conformance.running.isolation's)
+    on_case: Callable | None = None
+
+    def note(self, rung: str, case_id: str, kill: dict | None) -> None:
+        if self.on_case is not None:
+            self.on_case(rung, case_id, kill)
 
 
 def tier_ladder(tier: str) -> list[str]:
@@ -69,11 +94,14 @@ def _kill_record(line: dict) -> dict:
     }
 
 
-def hunt(name: str, tier: str, backend: str | None = None, max_kills: int = 1, shrink_s: float = 0) -> dict:
+def hunt(name: str, tier: str, backend: str | None = None, max_kills: int = 1, shrink_s: float = 0,
+         progress: Progress | None = None) -> dict:
     """Hunt mutant `name` up to `tier` on this process's backend; its mutants.jsonl line.
     shrink_s > 0: also shrink the first kill (conformance.diagnosing.shrinking) within that
-    many seconds, into the line's `shrunk`. Activates the backend: call in a fresh process
-    (see hunt_all)."""
+    many seconds, into the line's `shrunk`. `progress`: where an earlier attempt stopped,
+    and how to run and report cases (Progress). Activates the backend: call in a fresh
+    process (mutants.hunters)."""
+    progress = progress or Progress()
     profile = backends.activate(backend)
     # NaN/Inf cases make numpy warn inside the interpreter; the verdicts say what matters.
     warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton")
@@ -81,7 +109,10 @@ def hunt(name: str, tier: str, backend: str | None = None, max_kills: int = 1, s
     started = time.perf_counter()
     line = {"kind": "mutant", "case": f"mutant.{name}", "mutant": name, "fault": mutant.fault,
             "files": list(mutant.files), "backend": profile.key, "tier_asked": tier,
-            "status": None, "verdict": None, "reason": "", "tier": None, "kills": [], "cases_run": {}}
+            "status": None, "verdict": None, "reason": "", "tier": None, "kills": progress.kills,
+            "cases_run": progress.cases_run}
+    if progress.lost:
+        line["isolated_after"] = progress.lost
     if mutant.backends is not None and profile.name not in mutant.backends:
         line.update(status=SURVIVED, verdict=verdicts.UNSUPPORTED,
                     reason=f"not reachable on {profile.name}: the edit builds only for {', '.join(mutant.backends)}")
@@ -95,37 +126,83 @@ def hunt(name: str, tier: str, backend: str | None = None, max_kills: int = 1, s
         line.update(status=BROKEN, verdict=verdicts.ERROR, reason=f"importing {mutant.package}: "
                                                                   f"{type(exc).__name__}: {exc}")
     else:
-        _climb(line, mutant, profile, backend, tier, max_kills)
+        _climb(line, mutant, profile, backend, tier, max_kills, progress)
         if shrink_s and line["kills"]:
             line["shrunk"] = _shrunk(line["kills"][0]["case"], mutant, profile, backend, shrink_s)
     line["duration_s"] = round(time.perf_counter() - started, 2)
     return line
 
 
-def _climb(line: dict, mutant, profile, backend: str | None, tier: str, max_kills: int) -> None:
-    implementations = Implementations.from_specs(kernel_specs(mutant.name))
+def _climb(line: dict, mutant, profile, backend: str | None, tier: str, max_kills: int,
+           progress: Progress) -> None:
     unreachable = mutant.interpreter_unreachable if profile.interpreted else None
     ladder = tier_ladder("smoke") if unreachable else tier_ladder(tier)
-    done: set[str] = set()
-    for rung in ladder:
-        ran = 0
-        for case in hunt_order(rung, done, profile):
-            result = run_case(case, profile, implementations, backend_option=backend)
-            done.add(case.id)
-            ran += 1
-            if result["verdict"] in verdicts.FAILING:
-                line["kills"].append(_kill_record(result))
-                if max_kills and len(line["kills"]) >= max_kills:
-                    break
-        line["cases_run"][rung] = ran
-        if line["kills"]:
-            line.update(status=KILLED, verdict=verdicts.PASS, tier=rung)
-            return
+    run = _case_runner(mutant.name, profile, backend, progress)
+    try:
+        for rung in ladder:
+            if not (max_kills and len(progress.kills) >= max_kills):
+                _hunt_rung(rung, run, profile, max_kills, progress)
+            if progress.kills:
+                line.update(status=KILLED, verdict=verdicts.PASS, tier=rung)
+                return
+    finally:
+        getattr(run, "close", lambda: None)()
     line["status"] = SURVIVED
     if unreachable:
         line.update(verdict=verdicts.UNSUPPORTED, reason=f"not reachable on the interpreter: {unreachable}")
     else:
         line.update(verdict=verdicts.FAIL, reason=f"survived every case up to the {ladder[-1]} tier")
+
+
+def _hunt_rung(rung: str, run, profile, max_kills: int, progress: Progress) -> None:
+    """Run `rung`'s cases not yet run until max_kills kills (0: all of them)."""
+    progress.cases_run.setdefault(rung, 0)
+    order = hunt_order(rung, progress.done, profile)
+    order.sort(key=lambda case: case.id != progress.first)  # stable: the rest keep their order
+    for case in order:
+        progress.note(rung, case.id, None)
+        result = run(case)
+        kill = _kill_record(result) if result["verdict"] in verdicts.FAILING else {}
+        progress.done.add(case.id)
+        progress.cases_run[rung] += 1
+        progress.note(rung, case.id, kill)
+        if kill:
+            progress.kills.append(kill)
+            if max_kills and len(progress.kills) >= max_kills:
+                return
+
+
+class _IsolatedCases:
+    """Runs a mutant's cases in an isolated worker: a case that crashes or hangs it is an
+    `error` line (worker crashed, timeout), as in `conformance run --isolate`."""
+
+    def __init__(self, mutant_name: str, profile, backend: str | None, timeout_s: float | None):
+        specs = kernel_specs(mutant_name)
+        self.profile, self.backend = profile, backend
+        self.implementations = Implementations.from_specs(specs)
+        config = {"backend": profile.key, "backend_option": backend, "kernels": specs}
+        timeout_s = timeout_s or DEFAULT_TIMEOUT_S["cpu" if profile.interpreted else "cuda"]
+        self.runner = IsolatedRunner(config, timeout_s, self._error_line)
+
+    def _error_line(self, case: Case, reason: str, traceback: str = "") -> dict:
+        line = base_line(case, self.profile.key, self.implementations.name(case.op),
+                         reproduce_command(case.id, self.backend, self.implementations))
+        line.update(verdict=verdicts.ERROR, rule_verdict=verdicts.ERROR, reason=reason, traceback=traceback)
+        return line
+
+    def __call__(self, case: Case) -> dict:
+        return self.runner.run(case)
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+def _case_runner(mutant_name: str, profile, backend: str | None, progress: Progress):
+    """case -> results line: in this process, or (progress.isolated) in a worker of its own."""
+    if progress.isolated:
+        return _IsolatedCases(mutant_name, profile, backend, progress.case_timeout_s)
+    implementations = Implementations.from_specs(kernel_specs(mutant_name))
+    return lambda case: run_case(case, profile, implementations, backend_option=backend)
 
 
 def _shrunk(case_id: str, mutant, profile, backend: str | None, budget_s: float) -> dict:
@@ -135,29 +212,6 @@ def _shrunk(case_id: str, mutant, profile, backend: str | None, budget_s: float)
         return shrinker.shrink(Case.from_id(case_id), budget_s)
     except UsageError as exc:  # the kill did not repeat (a race): nothing to shrink
         return {"from": case_id, "note": str(exc)}
-
-
-def hunt_all(names: list[str], tier: str, backend: str | None = None, max_kills: int = 1,
-             jobs: int = 1, on_result=None, shrink_s: float = 0) -> list[dict]:
-    """Hunt every mutant in `names`, `jobs` at a time in spawned processes; lines in
-    `names` order.  `on_result(line)` is called as each hunt finishes."""
-    context = multiprocessing.get_context("spawn")
-    lines = {}
-    with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(names))), mp_context=context) as pool:
-        futures = {pool.submit(hunt, name, tier, backend, max_kills, shrink_s): name
-                   for name in _longest_first(names, backend)}
-        for future in as_completed(futures):
-            line = lines[futures[future]] = future.result()
-            if on_result is not None:
-                on_result(line)
-    return [lines[name] for name in names]
-
-
-def _longest_first(names: list[str], backend: str | None) -> list[str]:
-    """Submission order: hunts expected to run a whole tier (faults the interpreter
-    cannot show) first, so they overlap with the many short ones."""
-    interpreted = (backends.profile_by_key(backend) if backend else backends.detect()).interpreted
-    return sorted(names, key=lambda name: not (interpreted and BY_NAME[name].interpreter_unreachable))
 
 
 def exit_status(lines: list[dict]) -> int:

@@ -36,9 +36,13 @@ def result_text(line: dict) -> str:
 
 
 def kill_text(kill: dict) -> str:
-    """`case id` (verdict: tensor ratio, ...)."""
-    tensors = ", ".join(f"{t['name']} {format_ratio(t['ratio'])}" for t in kill["tensors"])
-    return f"`{kill['case']}` ({kill['verdict']}{': ' + tensors if tensors else ''})"
+    """`case id` (verdict: tensor ratio, ...), or for a case with no tensor judged (an error:
+    a crash, a hang, an exception) (verdict: the start of its reason)."""
+    detail = ", ".join(f"{t['name']} {format_ratio(t['ratio'])}" for t in kill["tensors"])
+    if not detail and kill.get("reason"):
+        reason = kill["reason"].splitlines()[0]
+        detail = reason if len(reason) <= 80 else reason[:77] + "..."
+    return f"`{kill['case']}` ({kill['verdict']}{': ' + detail if detail else ''})"
 
 
 def _cases_run(line: dict) -> str:

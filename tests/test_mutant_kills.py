@@ -26,7 +26,7 @@ from conformance.judging import verdicts
 from conformance.running.implementations import Implementations
 from conformance.running.runner import run_case
 from conformance.bundled.mutants import BY_NAME, COUNTED
-from conformance.bundled.mutants.kill import hunt_all
+from conformance.bundled.mutants.hunters import hunt_all
 from conformance.bundled.mutants.registry import kernel_specs
 from tests.session_files import made_once_per_session
 
@@ -47,6 +47,7 @@ VARIANT_MUTANTS = {
     "alibi_top_left": "alibi", "alibi_bias_added": "alibi", "alibi_bias_in_scaled_units": "alibi",
     "alibi_slope_of_kv_head": "alibi", "alibi_slopes_of_first_batch": "alibi",
     "varlen_keys_of_next_sequence": "lens", "varlen_dkdv_query_spans_of_keys": "lens",
+    "varlen_lse_head_stride_of_sequence": "lens", "kv_cache_band_from_last_token": "window",
 }
 # Plain attention through the forward and both backward kernels: causal, ragged, Sq != Sk.
 PLAIN_CASE = "flash_attention.bwd[fp16,d64,causal,B1,H2,Hkv2,Sq77,Sk133,seed0]"
@@ -150,6 +151,24 @@ def test_hang_fixture_never_finishes_a_single_query():
     finally:
         process.kill()
         process.communicate()
+
+
+def test_a_hunt_whose_process_crashes_goes_on_isolated_and_counts_the_crash():
+    """A fault that kills the hunt's process (here a segfault on a single key) neither takes the
+    other hunts with it nor survives: the hunt goes on from that case in an isolated worker,
+    where the crash is the case's `error` line, as in a conformance run."""
+    crash, = hunt_all(["crash"], "smoke", "interpreter", max_kills=1)
+    assert (crash["status"], crash["tier"]) == ("killed", "smoke"), crash
+    assert "signal SIGSEGV" in crash["isolated_after"]
+    kill = crash["kills"][0]
+    assert kill["verdict"] == verdicts.ERROR and "worker crashed (signal SIGSEGV)" in kill["reason"]
+    assert Case.from_id(kill["case"]).seq_k == 1
+
+
+def test_a_hunt_that_hangs_is_stopped_and_its_hanging_case_timed_out():
+    hang, = hunt_all(["hang"], "smoke", "interpreter", max_kills=1, hunt_timeout_s=20, case_timeout_s=10)
+    assert hang["status"] == "killed" and hang["isolated_after"] == "the hunt ran past 20 s", hang
+    assert "timeout after 10 s" in hang["kills"][0]["reason"]
 
 
 def test_a_tile_never_written_comes_out_nonfinite():
