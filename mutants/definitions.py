@@ -290,6 +290,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "other's rows; right only for a batch of one sequence)",
            (Edit(_FORWARD, "lse_base = row_stats(LSE, batch_head, head, seq_q, q_start, total_q, VARLEN)",
                  "lse_base = row_stats(LSE, batch_head, head, seq_q, q_start, seq_q, VARLEN)"),)),
+    Mutant("kv_cache_causal_end_from_first_token",
+           "kv_cache_attention, causal: a row tile's last key tile taken from its first new token's "
+           "causal end, not its last's, so the later tokens lose the keys past that tile (exact with "
+           "one new token)",
+           (Edit("decode_forward.py", "hi = causal_key_end(last_token + 1, seq_q, context_len, CAUSAL)",
+                 "hi = causal_key_end(first_token + 1, seq_q, context_len, CAUSAL)"),)),
     # ---- robustness fixtures (not counted, never run by the kill table)
     Mutant("crash",
            "out-of-bounds read 2^40 elements past K when Sk == 1: an illegal memory access on a GPU, "

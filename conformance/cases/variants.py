@@ -84,33 +84,36 @@ def sequence_lengths(case) -> tuple[tuple[int, ...], tuple[int, ...]]:
 def _context_lengths(case, key: str) -> tuple[int, ...]:
     """A KV-cache case's context lengths (the keys each sequence attends to), `mixed`: drawn in
     [shortest, Sk], where shortest is Sq when the call appends Sq new tokens (an empty cache
-    then), else 0; planted: the full cache, with a window the lengths that put a band edge on
-    a tile border (`_window_edge_lengths`), the shortest, one more than the shortest (a cache
+    then), else 0; planted: the full cache, with a window or causal mask the lengths that put a
+    band edge on a tile border (`_band_edge_lengths`), the shortest, one more than the shortest (a cache
     of one token), and one just past a power of two (the first key of a fresh tile).
     `nonempty`: the same with every sequence seeing at least one key (a serving engine's
     decode step always has its own token cached; some kernels divide by zero otherwise)."""
     shortest = case.seq_q if case.append else (1 if case.lens == "nonempty" else 0)
     lengths = [shortest + _draw(key, b, "context", case.seq_k - shortest) for b in range(case.batch)]
     just_past_tile = (1 << max(0, (case.seq_k - 1).bit_length() - 1)) + 1
-    planted = [min(case.seq_k, length) for length in (case.seq_k, *_window_edge_lengths(case, shortest), shortest,
+    planted = [min(case.seq_k, length) for length in (case.seq_k, *_band_edge_lengths(case, shortest), shortest,
                                                       shortest + 1, max(shortest, just_past_tile))]
     for position, length in zip(_planted_positions(key, case.batch), planted):
         lengths[position] = length
     return tuple(lengths)
 
 
-def _window_edge_lengths(case, shortest: int) -> list[int]:
+def _band_edge_lengths(case, shortest: int) -> list[int]:
     """Context lengths L at which the first of a sequence's Sq new tokens has a band edge on a
     tile border for every power-of-two tile up to P (the largest that fits the cache): its
-    first key L - Sq - left the last key of a tile, or its last key + 1, L - Sq + right + 1,
-    the first of one.  The later tokens' edges lie Sq - 1 keys on, in the next tile: a kernel
-    that bounds a row tile's key tiles by the wrong token's band (an edge rounded or taken
-    from the last row) loses or adds a whole tile there, whatever its tile size; with drawn
-    lengths only Sq - 1 of every tile's residues show it.  None for one new token (a row
-    tile's tokens share one band) or a right edge that the cache's end clips for every token."""
-    if case.window is None or case.seq_q < 2:
+    first key L - Sq - left the last key of a tile (a window's left edge), or its last key + 1,
+    L - Sq + right + 1, the first of one (right 0 for causal).  The later tokens' edges lie
+    Sq - 1 keys on, in the next tile: a kernel that bounds a row tile's key tiles by the wrong
+    token's band (an edge rounded, or taken from the first or the last row) loses or adds a
+    whole tile there, whatever its tile size; drawn lengths show it for Sq - 1 of every tile's
+    residues.  None for one new token (a row tile's tokens share one band) or a right edge
+    that the cache's end clips for every token."""
+    left, right = case.window if case.window is not None else (-1, -1)
+    if case.causal:
+        right = 0 if right < 0 else min(right, 0)
+    if case.seq_q < 2:
         return []
-    left, right = case.window
     below_edge = ([case.seq_q + left - 1] if left >= 0 else []) + \
         ([case.seq_q - right - 1] if 0 <= right < case.seq_q - 1 else [])
     lengths = []
