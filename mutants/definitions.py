@@ -296,6 +296,19 @@ MUTANTS: tuple[Mutant, ...] = (
            "one new token)",
            (Edit("decode_forward.py", "hi = causal_key_end(last_token + 1, seq_q, context_len, CAUSAL)",
                  "hi = causal_key_end(first_token + 1, seq_q, context_len, CAUSAL)"),)),
+    Mutant("varlen_tile_list_rounded_down",
+           "varlen: the host's list of a packed batch's tiles counts each sequence's tiles rounded "
+           "down, so a sequence's last, partial tile gets no program (its rows never written; exact "
+           "where every length is a multiple of the tile)",
+           (Edit("packed_tiles.py", "tiles = range(ceil_div(lengths[sequence], block))",
+                 "tiles = range(lengths[sequence] // block)"),)),
+    Mutant("kv_cache_gqa_heads_interleaved",
+           "kv_cache_attention under GQA: the split kernel takes the query heads of kv head g as g, "
+           "g + Hkv, g + 2 Hkv, ... (an interleaved grouping) instead of g * group .. g * group + "
+           "group - 1 (exact with one kv head or one query head per kv head)",
+           (Edit("decode_forward.py", "    rows, tokens, heads = group_rows(row_start, kv_head, group_size, BLOCK_M)\n",
+                 "    rows, tokens, heads = group_rows(row_start, kv_head, group_size, BLOCK_M)\n"
+                 "    heads = kv_head + (rows % group_size) * kv_heads\n"),)),
     # ---- robustness fixtures (not counted, never run by the kill table)
     Mutant("crash",
            "out-of-bounds read 2^40 elements past K when Sk == 1: an illegal memory access on a GPU, "
