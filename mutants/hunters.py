@@ -1,22 +1,21 @@
-"""Hunts in processes of their own: one per mutant, `jobs` at a time.
+"""Hunting many mutants at once: `jobs` hunter processes, each taking one hunt after another.
 
-A hunt runs its cases in its own process (spawned: the backend is activated before any
-kernel is imported, and a CUDA context is never forked), which is fast, and tells the
-parent through a pipe of each case it starts and ends (kill.Progress).  A mutant's fault can
-take that process down -- an out-of-bounds store segfaults the interpreter -- or never
-return.  Such a hunt does not take the table with it: the parent starts another process that
-goes on from the case that was running, now each case in an isolated worker
+A hunter is spawned (the backend is activated before any kernel is imported, and a CUDA
+context is never forked) and runs its hunts' cases in its own process, which is fast; it
+tells the parent through a pipe of each case it starts and ends (kill.Progress).  A mutant's
+fault can take that process down -- an out-of-bounds store segfaults the interpreter -- or
+never return.  Such a hunt does not take the table with it: its hunter is replaced, and the
+hunt goes on from the case that was running, now with each case in an isolated worker
 (conformance.running.isolation), where the crash or the hang is that case's `error` line --
-a kill, as it is in a `conformance run` -- and the line's `isolated_after` says what ended
-the first process.  A hunt whose isolated process is lost as well (the harness itself, not a
-case) is an `error` line.
+a kill, as it is in a `conformance run` -- and the line's `isolated_after` says what ended the
+first attempt.  A hunt lost again with its cases isolated (the harness itself, not a case)
+is an `error` line.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import wait
 
 from conformance import backends
@@ -25,28 +24,38 @@ from conformance.running.isolation import exit_description
 from conformance.bundled.mutants.definitions import BY_NAME
 from conformance.bundled.mutants.kill import BROKEN, Progress, hunt
 
-# How long a hunt's first process may run before it counts as hung (default): a whole
+# How long a hunt's first attempt may run before it counts as hung (default): a whole
 # standard tier on a GPU takes minutes, the interpreter's smoke tier about as long.
 HUNT_TIMEOUT_S = 3600.0
 
 
-def _hunt_and_report(channel, name, tier, backend, max_kills, shrink_s, progress: Progress) -> None:
-    """A hunt's process: its Progress reported case by case, then its line."""
-    progress.on_case = lambda rung, case_id, kill: channel.send(("case", rung, case_id, kill))
-    channel.send(("line", hunt(name, tier, backend, max_kills, shrink_s, progress)))
+def _serve_hunts(channel, tier, backend, max_kills, shrink_s) -> None:
+    """A hunter's process: hunts (name, Progress) as they come, each reported case by case
+    (("case", rung, case id, kill)), then by its line (("line", line)); None ends it."""
+    def report(rung, case_id, kill):
+        channel.send(("case", rung, case_id, kill))
+
+    while (task := channel.recv()) is not None:
+        name, progress = task
+        progress.on_case = report
+        channel.send(("line", hunt(name, tier, backend, max_kills, shrink_s, progress)))
 
 
-@dataclass
-class _Hunt:
-    """One mutant's hunt in a process, and what the parent has heard of it."""
+class _Hunter:
+    """A hunter process, and what the parent has heard of the hunt it is on."""
 
-    name: str
-    process: multiprocessing.Process
-    channel: object
-    progress: Progress
-    started: float
-    line: dict | None = None
-    current: str | None = None  # the case it last started
+    def __init__(self, context, arguments):
+        self.channel, child = context.Pipe()
+        self.process = context.Process(target=_serve_hunts, args=(child, *arguments))
+        self.process.start()
+        child.close()
+        self.name = self.progress = self.line = self.current = None
+        self.started = 0.0
+
+    def assign(self, name: str, progress: Progress) -> None:
+        self.name, self.progress, self.line, self.current = name, progress, None, None
+        self.started = time.monotonic()
+        self.channel.send((name, progress))
 
     def receive(self) -> None:
         """Take in what the hunt has sent (its progress, its line)."""
@@ -69,48 +78,80 @@ class _Hunt:
         if kill:
             self.progress.kills.append(kill)
 
-    def stop(self) -> None:
+    def stop(self, kill: bool = False) -> None:
+        """End the process: asked to (it is between hunts), or killed."""
+        if self.process.is_alive() and not kill:
+            try:
+                self.channel.send(None)
+                self.process.join(timeout=10)
+            except OSError:
+                pass
         if self.process.is_alive():
             self.process.kill()
         self.process.join()
         self.channel.close()
 
 
-class _Scheduler:
-    def __init__(self, tier, backend, max_kills, shrink_s, hunt_timeout_s, case_timeout_s):
+class _Hunts:
+    """The hunts waiting and the hunters on them."""
+
+    def __init__(self, names, jobs, arguments, hunt_timeout_s, case_timeout_s):
         self.context = multiprocessing.get_context("spawn")
-        self.arguments = (tier, backend, max_kills, shrink_s)
+        self.arguments = arguments
         self.hunt_timeout_s, self.case_timeout_s = hunt_timeout_s, case_timeout_s
+        self.waiting = [(name, Progress()) for name in names]
+        self.idle, self.busy = [], []
+        self.jobs = max(1, min(jobs, len(names)))
 
-    def start(self, name: str, progress: Progress) -> _Hunt:
-        receiving, sending = self.context.Pipe(duplex=False)
-        process = self.context.Process(target=_hunt_and_report, args=(sending, name, *self.arguments, progress),
-                                       daemon=False)
-        process.start()
-        sending.close()
-        return _Hunt(name, process, receiving, progress, time.monotonic())
+    def start_next(self) -> None:
+        while self.waiting and len(self.busy) < self.jobs:
+            hunter = self.idle.pop() if self.idle else _Hunter(self.context, self.arguments)
+            if not hunter.process.is_alive():  # ended after its last line
+                hunter.stop(kill=True)
+                continue
+            hunter.assign(*self.waiting.pop(0))
+            self.busy.append(hunter)
 
-    def settle(self, running: _Hunt) -> _Hunt | dict | None:
-        """None while `running` goes on; its line once it sent one; else (its process lost or
-        out of time) the isolated hunt that goes on from it, or for an isolated one an error line."""
-        running.receive()
-        if running.line is not None:
-            running.stop()
-            return running.line
-        timed_out = (not running.progress.isolated and self.hunt_timeout_s is not None
-                     and time.monotonic() - running.started > self.hunt_timeout_s)
-        if running.process.is_alive() and not timed_out:
-            return None
-        running.receive()  # what it sent before it ended
-        running.stop()
-        lost = (f"the hunt ran past {self.hunt_timeout_s:g} s" if timed_out
-                else f"the hunt's process ended without a result ({exit_description(running.process.exitcode)})")
-        if running.progress.isolated:
-            return _lost_line(running.name, f"{lost}, its cases isolated")
-        progress = running.progress
-        return self.start(running.name, Progress(progress.done, progress.kills, progress.cases_run,
-                                                 isolated=True, lost=lost, first=running.current,
-                                                 case_timeout_s=self.case_timeout_s))
+    def finished(self) -> list[dict]:
+        """The lines of the hunts that ended since the last call; lost hunts go on isolated."""
+        wait([h.channel for h in self.busy] + [h.process.sentinel for h in self.busy], timeout=5.0)
+        lines = []
+        for hunter in list(self.busy):
+            hunter.receive()
+            if hunter.line is not None:
+                self.busy.remove(hunter)
+                self.idle.append(hunter)
+                lines.append(hunter.line)
+            elif lost := self._lost(hunter):
+                self.busy.remove(hunter)
+                hunter.stop(kill=True)
+                lines.extend(self._go_on_isolated(hunter, lost))
+        return lines
+
+    def _lost(self, hunter: _Hunter) -> str:
+        """Why `hunter`'s hunt is lost ("" while it goes on)."""
+        if not hunter.process.is_alive():
+            hunter.receive()  # what it sent before it ended
+            if hunter.line is not None:
+                return ""  # taken as finished on the next call
+            return f"the hunt's process ended without a result ({exit_description(hunter.process.exitcode)})"
+        if (not hunter.progress.isolated and self.hunt_timeout_s is not None
+                and time.monotonic() - hunter.started > self.hunt_timeout_s):
+            return f"the hunt ran past {self.hunt_timeout_s:g} s"
+        return ""
+
+    def _go_on_isolated(self, hunter: _Hunter, lost: str) -> list[dict]:
+        progress = hunter.progress
+        if progress.isolated:
+            return [_lost_line(hunter.name, f"{lost}, its cases isolated")]
+        self.waiting.insert(0, (hunter.name, Progress(progress.done, progress.kills, progress.cases_run,
+                                                      isolated=True, lost=lost, first=hunter.current,
+                                                      case_timeout_s=self.case_timeout_s)))
+        return []
+
+    def stop(self) -> None:
+        for hunter in self.idle + self.busy:
+            hunter.stop(kill=hunter in self.busy)
 
 
 def _lost_line(name: str, reason: str) -> dict:
@@ -123,31 +164,22 @@ def _lost_line(name: str, reason: str) -> dict:
 def hunt_all(names: list[str], tier: str, backend: str | None = None, max_kills: int = 1,
              jobs: int = 1, on_result=None, shrink_s: float = 0,
              hunt_timeout_s: float | None = HUNT_TIMEOUT_S, case_timeout_s: float | None = None) -> list[dict]:
-    """Hunt every mutant in `names`, `jobs` at a time, each in a process of its own (module
-    doc); lines in `names` order.  `on_result(line)` is called as each hunt finishes.
-    hunt_timeout_s: a first process's time (None: unbounded); case_timeout_s: an isolated
-    case's (None: conformance.running.isolation's default)."""
-    scheduler = _Scheduler(tier, backend, max_kills, shrink_s, hunt_timeout_s, case_timeout_s)
-    waiting, running, lines = _longest_first(names, backend), [], {}
+    """Hunt every mutant in `names`, `jobs` at a time (module doc); lines in `names` order.
+    `on_result(line)` is called as each hunt finishes.  hunt_timeout_s: a first attempt's
+    time (None: unbounded); case_timeout_s: an isolated case's (None: conformance.running.
+    isolation's default)."""
+    hunts = _Hunts(_longest_first(names, backend), jobs, (tier, backend, max_kills, shrink_s),
+                   hunt_timeout_s, case_timeout_s)
+    lines = {}
     try:
-        while waiting or running:
-            while waiting and len(running) < max(1, jobs):
-                running.append(scheduler.start(waiting.pop(0), Progress()))
-            wait([hunt.channel for hunt in running] + [hunt.process.sentinel for hunt in running], timeout=5.0)
-            for hunt_ in list(running):
-                outcome = scheduler.settle(hunt_)
-                if outcome is None:
-                    continue
-                running.remove(hunt_)
-                if isinstance(outcome, _Hunt):
-                    running.append(outcome)
-                    continue
-                lines[hunt_.name] = outcome
+        while hunts.waiting or hunts.busy:
+            hunts.start_next()
+            for line in hunts.finished():
+                lines[line["mutant"]] = line
                 if on_result is not None:
-                    on_result(outcome)
+                    on_result(line)
     finally:
-        for hunt_ in running:
-            hunt_.stop()
+        hunts.stop()
     return [lines[name] for name in names]
 
 
