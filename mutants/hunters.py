@@ -3,13 +3,15 @@
 A hunter is spawned (the backend is activated before any kernel is imported, and a CUDA
 context is never forked) and runs its hunts' cases in its own process, which is fast; it
 tells the parent through a pipe of each case it starts and ends (kill.Progress).  A mutant's
-fault can take that process down -- an out-of-bounds store segfaults the interpreter -- or
-never return.  Such a hunt does not take the table with it: its hunter is replaced, and the
-hunt goes on from the case that was running, now with each case in an isolated worker
-(conformance.running.isolation), where the crash or the hang is that case's `error` line --
-a kill, as it is in a `conformance run` -- and the line's `isolated_after` says what ended the
-first attempt.  A hunt lost again with its cases isolated (the harness itself, not a case)
-is an `error` line.
+fault can take that process down (an out-of-bounds store segfaults the interpreter), leave
+its GPU unusable (an illegal memory access poisons the CUDA context: every later case of the
+process would `error`, and count as kills of mutants that never ran), or never return.  Such
+a hunt does not take the table with it: its hunter is replaced, and the hunt goes on from the
+case that was running (a lost device: from the next one; the case that broke it is a kill),
+now with each case in an isolated worker (conformance.running.isolation), where the crash or
+the hang is that case's `error` line -- a kill, as it is in a `conformance run` -- and the
+line's `isolated_after` says what ended the first attempt.  A hunt lost again with its cases
+isolated (the harness itself, not a case) is an `error` line.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from conformance import backends
 from conformance.judging import verdicts
 from conformance.running.isolation import exit_description
 from conformance.bundled.mutants.definitions import BY_NAME
-from conformance.bundled.mutants.kill import BROKEN, Progress, hunt
+from conformance.bundled.mutants.kill import BROKEN, DeviceLost, Progress, hunt
 
 # How long a hunt's first attempt may run before it counts as hung (default): a whole
 # standard tier on a GPU takes minutes, the interpreter's smoke tier about as long.
@@ -31,14 +33,21 @@ HUNT_TIMEOUT_S = 3600.0
 
 def _serve_hunts(channel, tier, backend, max_kills, shrink_s) -> None:
     """A hunter's process: hunts (name, Progress) as they come, each reported case by case
-    (("case", rung, case id, kill)), then by its line (("line", line)); None ends it."""
+    (("case", rung, case id, kill)), then by its line (("line", line)); None ends it, and so
+    does a case after which the device no longer works (("lost", why): its context is gone for
+    every later case and hunt of this process)."""
     def report(rung, case_id, kill):
         channel.send(("case", rung, case_id, kill))
 
     while (task := channel.recv()) is not None:
         name, progress = task
         progress.on_case = report
-        channel.send(("line", hunt(name, tier, backend, max_kills, shrink_s, progress)))
+        try:
+            line = hunt(name, tier, backend, max_kills, shrink_s, progress)
+        except DeviceLost as lost:
+            channel.send(("lost", str(lost)))
+            return
+        channel.send(("line", line))
 
 
 class _Hunter:
@@ -50,7 +59,7 @@ class _Hunter:
         self.process.start()
         child.close()
         self.name = self.progress = self.line = self.current = None
-        self.started = 0.0
+        self.started, self.why_lost = 0.0, ""
 
     def assign(self, name: str, progress: Progress) -> None:
         self.name, self.progress, self.line, self.current = name, progress, None, None
@@ -66,6 +75,8 @@ class _Hunter:
                 return
             if message[0] == "line":
                 self.line = message[1]
+            elif message[0] == "lost":
+                self.why_lost = message[1]
             else:
                 self._note(*message[1:])
 
@@ -134,7 +145,8 @@ class _Hunts:
             hunter.receive()  # what it sent before it ended
             if hunter.line is not None:
                 return ""  # taken as finished on the next call
-            return f"the hunt's process ended without a result ({exit_description(hunter.process.exitcode)})"
+            return hunter.why_lost or ("the hunt's process ended without a result "
+                                       f"({exit_description(hunter.process.exitcode)})")
         if (not hunter.progress.isolated and self.hunt_timeout_s is not None
                 and time.monotonic() - hunter.started > self.hunt_timeout_s):
             return f"the hunt ran past {self.hunt_timeout_s:g} s"

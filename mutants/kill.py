@@ -34,6 +34,7 @@ from conformance.judging import verdicts
 from conformance.running.implementations import Implementations, reproduce_command
 from conformance.running.isolation import DEFAULT_TIMEOUT_S, IsolatedRunner
 from conformance.running.runner import base_line, run_case
+from conformance.running.worker import device_healthy
 from conformance.usage import UsageError
 from conformance.bundled.mutants.definitions import BY_NAME
 from conformance.bundled.mutants.ordering import coverage_order
@@ -42,6 +43,11 @@ from conformance.bundled.mutants.transform import PatternError, load
 
 TIER_LADDER = ("smoke", "standard", "full")
 KILLED, SURVIVED, BROKEN = "killed", "survived", "broken"
+
+
+class DeviceLost(Exception):
+    """A case left this process's device unusable (a CUDA fault poisons the context of the
+    whole process): its own line stands, the hunt must go on in a fresh process."""
 
 
 @dataclass
@@ -168,8 +174,10 @@ def _hunt_rung(rung: str, run, profile, max_kills: int, progress: Progress) -> N
         progress.note(rung, case.id, kill)
         if kill:
             progress.kills.append(kill)
-            if max_kills and len(progress.kills) >= max_kills:
-                return
+        if result["verdict"] == verdicts.ERROR and not progress.isolated and not device_healthy(profile.device):
+            raise DeviceLost(f"the device stopped working after {case.id}")
+        if max_kills and len(progress.kills) >= max_kills:
+            return
 
 
 class _IsolatedCases:

@@ -220,3 +220,22 @@ def test_a_mutant_built_only_for_other_backends_is_unreachable_here_not_hunted(m
     assert "builds only for hip" in line["reason"]
     assert exit_status([line]) == 0
     assert BY_NAME["softcap_hardware_tanh"].backends == ("cuda",)
+
+
+def test_a_case_that_breaks_the_device_ends_the_hunt_in_this_process(monkeypatch):
+    """After a case whose `error` left the GPU unusable (a poisoned CUDA context), the hunt
+    stops in this process with the case's kill recorded: no later case, and no later hunt of
+    this hunter, runs on the dead context (mutants.hunters goes on in a fresh process)."""
+    broken = {"case": "broken", "verdict": verdicts.ERROR, "reason": "CUDA error: an illegal memory access",
+              "tensors": [], "fault_pattern": None, "reproduce": "-"}
+    first, second = (Case.from_id(case_id) for case_id in (
+        "flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq50,Sk1,seed0]",
+        "flash_attention.fwd[fp16,d64,causal,B1,H2,Hkv2,Sq77,Sk133,seed0]"))
+    monkeypatch.setattr(kill, "hunt_order", lambda rung, done, profile: [first, second])
+    monkeypatch.setattr(kill, "device_healthy", lambda device: False)
+    ran = []
+    progress = kill.Progress()
+    with pytest.raises(kill.DeviceLost, match="stopped working after"):
+        kill._hunt_rung("smoke", lambda case: ran.append(case.id) or {**broken, "case": case.id},
+                        type("Profile", (), {"device": "cuda"}), 3, progress)
+    assert ran == [first.id] and progress.done == {first.id} and len(progress.kills) == 1
