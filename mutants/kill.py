@@ -54,10 +54,10 @@ class DeviceLost(Exception):
 class Progress:
     """How far a hunt has come, so that another process can go on with it: the cases run
     (`done`), the kills found, the cases run per tier.  `isolated`: run each case in an
-    isolated worker (conformance.running.isolation); `lost`: why the hunt's earlier
-    process ended without a result (mutants.hunters), `first` the case it was running.  `on_case(rung, case_id, kill)`,
-    where set, is told of each case before it runs (kill None) and after (its kill record
-    or {})."""
+    isolated worker (conformance.running.isolation); `lost`: why the hunt's earlier process
+    ended without a result (mutants.hunters), `first` the case it was running.
+    `on_case(rung, case_id, kill)`, where set, is told of each case before it runs (kill
+    None) and after (its kill record, or {})."""
 
     done: set = field(default_factory=set)
     kills: list = field(default_factory=list)
