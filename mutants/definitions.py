@@ -309,6 +309,15 @@ MUTANTS: tuple[Mutant, ...] = (
            (Edit("decode_forward.py", "    rows, tokens, heads = group_rows(row_start, kv_head, group_size, BLOCK_M)\n",
                  "    rows, tokens, heads = group_rows(row_start, kv_head, group_size, BLOCK_M)\n"
                  "    heads = kv_head + (rows % group_size) * kv_heads\n"),)),
+    Mutant("kv_cache_append_page_of_first_token",
+           "kv_cache_attention's append looks the block table up once, for the first new token: "
+           "new tokens past a page border are written into the first token's page, at their slot "
+           "(overwriting cached keys there; exact where the new tokens share a page)",
+           (Edit("decode_cache.py", "                               page_size, stride_tp, batch, PAGED)\n"
+                                    "    append_rows(K_NEW",
+                 "                               page_size, stride_tp, batch, PAGED)\n"
+                 "    pages = tl.where(tokens >= 0, tl.sum(tl.where(tokens == 0, pages, 0), axis=0), pages)\n"
+                 "    append_rows(K_NEW"),)),
     # ---- robustness fixtures (not counted, never run by the kill table)
     Mutant("crash",
            "out-of-bounds read 2^40 elements past K when Sk == 1: an illegal memory access on a GPU, "
