@@ -6,8 +6,8 @@ compile: each must be killed by a case of its variant, and pass plain attention.
 
 Cost on a 2-core machine: about 3 minutes for the kill check (two hunters, each mutant
 stopped at its first killing case; once per test session, whichever pytest-xdist worker
-gets there first): `python -m mutants --tier smoke --max-kills 1 -j 2` took 2:48 for the 49
-mutants the interpreter can show (2026-11-28); the crashing and the hanging hunt about 45 s."""
+gets there first): `python -m mutants --tier smoke --max-kills 1 -j 2` took 3:14 for the 50
+mutants the interpreter can show (2026-11-29); the crashing and the hanging hunt about 45 s."""
 
 import json
 import os
