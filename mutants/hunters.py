@@ -155,7 +155,7 @@ class _Hunts:
     def _go_on_isolated(self, hunter: _Hunter, lost: str) -> list[dict]:
         progress = hunter.progress
         if progress.isolated:
-            return [_lost_line(hunter.name, f"{lost}, its cases isolated")]
+            return [_lost_line(hunter.name, f"{lost}, its cases isolated", progress)]
         self.waiting.insert(0, (hunter.name, Progress(progress.done, progress.kills, progress.cases_run,
                                                       isolated=True, lost=lost, first=hunter.current,
                                                       case_timeout_s=self.case_timeout_s)))
@@ -166,11 +166,13 @@ class _Hunts:
             hunter.stop(kill=hunter in self.busy)
 
 
-def _lost_line(name: str, reason: str) -> dict:
+def _lost_line(name: str, reason: str, progress: Progress) -> dict:
+    """The line of a hunt lost with its cases isolated: a harness fault (`error`), with the
+    kills and cases it got to."""
     mutant = BY_NAME[name]
     return {"kind": "mutant", "case": f"mutant.{name}", "mutant": name, "fault": mutant.fault,
             "files": list(mutant.files), "status": BROKEN, "verdict": verdicts.ERROR,
-            "reason": reason, "tier": None, "kills": [], "cases_run": {}}
+            "reason": reason, "tier": None, "kills": progress.kills, "cases_run": progress.cases_run}
 
 
 def hunt_all(names: list[str], tier: str, backend: str | None = None, max_kills: int = 1,
