@@ -24,7 +24,7 @@ from conformance import backends
 from conformance.judging import verdicts
 from conformance.running.isolation import exit_description
 from conformance.bundled.mutants.definitions import BY_NAME
-from conformance.bundled.mutants.kill import BROKEN, DeviceLost, Progress, hunt
+from conformance.bundled.mutants.kill import BROKEN, DeviceLost, Progress, hunt, mutant_line
 
 # How long a hunt's first attempt may run before it counts as hung (default): a whole
 # standard tier on a GPU takes minutes, the interpreter's smoke tier about as long.
@@ -83,11 +83,8 @@ class _Hunter:
     def _note(self, rung: str, case_id: str, kill: dict | None) -> None:
         if kill is None:  # starting it
             self.current = case_id
-            return
-        self.progress.done.add(case_id)
-        self.progress.cases_run[rung] = self.progress.cases_run.get(rung, 0) + 1
-        if kill:
-            self.progress.kills.append(kill)
+        else:
+            self.progress.record(rung, case_id, kill)
 
     def stop(self, kill: bool = False) -> None:
         """End the process: asked to (it is between hunts), or killed."""
@@ -169,10 +166,7 @@ class _Hunts:
 def _lost_line(name: str, reason: str, progress: Progress) -> dict:
     """The line of a hunt lost with its cases isolated: a harness fault (`error`), with the
     kills and cases it got to."""
-    mutant = BY_NAME[name]
-    return {"kind": "mutant", "case": f"mutant.{name}", "mutant": name, "fault": mutant.fault,
-            "files": list(mutant.files), "status": BROKEN, "verdict": verdicts.ERROR,
-            "reason": reason, "tier": None, "kills": progress.kills, "cases_run": progress.cases_run}
+    return {**mutant_line(name, progress), "status": BROKEN, "verdict": verdicts.ERROR, "reason": reason}
 
 
 def hunt_all(names: list[str], tier: str, backend: str | None = None, max_kills: int = 1,

@@ -32,8 +32,8 @@ from conformance.diagnosing.diagnosis import failing
 from conformance.diagnosing.shrink_command import Shrinker
 from conformance.judging import verdicts
 from conformance.running.implementations import Implementations, reproduce_command
-from conformance.running.isolation import DEFAULT_TIMEOUT_S, IsolatedRunner
-from conformance.running.runner import base_line, run_case
+from conformance.running.isolation import IsolatedRunner, default_timeout_s
+from conformance.running.runner import error_line, run_case
 from conformance.running.worker import device_healthy
 from conformance.usage import UsageError
 from conformance.bundled.mutants.definitions import BY_NAME
@@ -72,6 +72,13 @@ class Progress:
         if self.on_case is not None:
             self.on_case(rung, case_id, kill)
 
+    def record(self, rung: str, case_id: str, kill: dict) -> None:
+        """Case `case_id` of tier `rung` has run; `kill` its kill record, {} if it did not kill."""
+        self.done.add(case_id)
+        self.cases_run[rung] = self.cases_run.get(rung, 0) + 1
+        if kill:
+            self.kills.append(kill)
+
 
 def tier_ladder(tier: str) -> list[str]:
     """The tiers a hunt climbs to reach `tier`: smoke first, the asked tier last."""
@@ -100,6 +107,15 @@ def _kill_record(line: dict) -> dict:
     }
 
 
+def mutant_line(name: str, progress: Progress) -> dict:
+    """The fields of mutant `name`'s mutants.jsonl line before its hunt is judged, with the
+    kills and cases of `progress`."""
+    mutant = BY_NAME[name]
+    return {"kind": "mutant", "case": f"mutant.{name}", "mutant": name, "fault": mutant.fault,
+            "files": list(mutant.files), "status": None, "verdict": None, "reason": "", "tier": None,
+            "kills": progress.kills, "cases_run": progress.cases_run}
+
+
 def hunt(name: str, tier: str, backend: str | None = None, max_kills: int = 1, shrink_s: float = 0,
          progress: Progress | None = None) -> dict:
     """Hunt mutant `name` up to `tier` on this process's backend; its mutants.jsonl line.
@@ -113,10 +129,7 @@ def hunt(name: str, tier: str, backend: str | None = None, max_kills: int = 1, s
     warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton")
     mutant = BY_NAME[name]
     started = time.perf_counter()
-    line = {"kind": "mutant", "case": f"mutant.{name}", "mutant": name, "fault": mutant.fault,
-            "files": list(mutant.files), "backend": profile.key, "tier_asked": tier,
-            "status": None, "verdict": None, "reason": "", "tier": None, "kills": progress.kills,
-            "cases_run": progress.cases_run}
+    line = {**mutant_line(name, progress), "backend": profile.key, "tier_asked": tier}
     if progress.lost:
         line["isolated_after"] = progress.lost
     if mutant.backends is not None and profile.name not in mutant.backends:
@@ -169,11 +182,8 @@ def _hunt_rung(rung: str, run, profile, max_kills: int, progress: Progress) -> N
         progress.note(rung, case.id, None)
         result = run(case)
         kill = _kill_record(result) if result["verdict"] in verdicts.FAILING else {}
-        progress.done.add(case.id)
-        progress.cases_run[rung] += 1
+        progress.record(rung, case.id, kill)
         progress.note(rung, case.id, kill)
-        if kill:
-            progress.kills.append(kill)
         if result["verdict"] == verdicts.ERROR and not progress.isolated and not device_healthy(profile.device):
             raise DeviceLost(f"the device stopped working after {case.id}")
         if max_kills and len(progress.kills) >= max_kills:
@@ -189,14 +199,12 @@ class _IsolatedCases:
         self.profile, self.backend = profile, backend
         self.implementations = Implementations.from_specs(specs)
         config = {"backend": profile.key, "backend_option": backend, "kernels": specs}
-        timeout_s = timeout_s or DEFAULT_TIMEOUT_S["cpu" if profile.interpreted else "cuda"]
+        timeout_s = timeout_s or default_timeout_s(profile.device)
         self.runner = IsolatedRunner(config, timeout_s, self._error_line)
 
     def _error_line(self, case: Case, reason: str, traceback: str = "") -> dict:
-        line = base_line(case, self.profile.key, self.implementations.name(case.op),
-                         reproduce_command(case.id, self.backend, self.implementations))
-        line.update(verdict=verdicts.ERROR, rule_verdict=verdicts.ERROR, reason=reason, traceback=traceback)
-        return line
+        return error_line(case, self.profile.key, self.implementations.name(case.op),
+                          reproduce_command(case.id, self.backend, self.implementations), reason, traceback)
 
     def __call__(self, case: Case) -> dict:
         return self.runner.run(case)

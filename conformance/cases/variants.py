@@ -117,10 +117,13 @@ def _band_edge_lengths(case, shortest: int) -> list[int]:
     below_edge = ([case.seq_q + left - 1] if left >= 0 else []) + \
         ([case.seq_q - right - 1] if 0 <= right < case.seq_q - 1 else [])
     lengths = []
-    for before in below_edge:  # L = before + P
+    for before in below_edge:
         room = case.seq_k - before
-        if room >= 1 and before + (1 << (room.bit_length() - 1)) >= shortest:
-            lengths.append(before + (1 << (room.bit_length() - 1)))
+        if room < 1:
+            continue
+        length = before + (1 << (room.bit_length() - 1))  # before + P
+        if length >= shortest:
+            lengths.append(length)
     return lengths
 
 

@@ -42,11 +42,11 @@ from conformance.running.devices import pin_xdist_worker, record_device
 from conformance.running.implementations import Implementations, reproduce_command
 from conformance.running import triton_cache
 from conformance.running.parallelism import threads_per_worker
-from conformance.running.isolation import DEFAULT_TIMEOUT_S, IsolatedRunner
+from conformance.running.isolation import DEFAULT_TIMEOUT_S, IsolatedRunner, default_timeout_s
 from conformance.running.recorder import RESULT_PROPERTY, SUITE_FILE, ResultsRecorder, result_line
 from conformance.running.results import ResultsWriter, default_run_dir, to_json
 from conformance.running.run_options import SELECTION_ARGUMENTS
-from conformance.running.runner import base_line, distribution_args, run_case
+from conformance.running.runner import error_line, distribution_args, run_case
 
 SUITE_PATH = Path(__file__).resolve().parent.parent / SUITE_FILE
 SUITE_NODEID = f"{SUITE_PATH.parent.name}/{SUITE_PATH.name}"  # conformance/suite.py, wherever it is installed
@@ -80,8 +80,8 @@ class ConformanceState:
 
     def error_line(self, case: Case, reason: str, traceback: str = "") -> dict:
         """A results line for a case that produced none of its own."""
-        line = base_line(case, self.profile.key, self.implementations.name(case.op), self.reproduce(case))
-        line.update(verdict=verdicts.ERROR, rule_verdict=verdicts.ERROR, reason=reason, traceback=traceback)
+        line = error_line(case, self.profile.key, self.implementations.name(case.op), self.reproduce(case),
+                          reason, traceback)
         if self.run_options.get("distribution") is not None:
             line["distribution"] = self.run_options["distribution"].spec
         return line
@@ -160,7 +160,7 @@ def _state_from_options(config, selection: dict, device_index: int | None = None
         run_options=dict(check_determinism=_switch(config, "conformance_determinism", gpu), distribution=distribution),
         isolate=_switch(config, "conformance_isolate", gpu), device_index=device_index,
         timeout_s=config.getoption("conformance_case_timeout")
-        or DEFAULT_TIMEOUT_S.get(profile.device, DEFAULT_TIMEOUT_S["cpu"]))
+        or default_timeout_s(profile.device))
 
 
 def _refuse_absent_backend(backend: str | None) -> None:

@@ -73,6 +73,15 @@ def base_line(case: Case, backend_key: str, implementation: str, reproduce: str)
     }
 
 
+def error_line(case: Case, backend_key: str, implementation: str, reproduce: str, reason: str,
+               traceback: str = "") -> dict:
+    """A results line for a case that produced none of its own (a crash, a hang, a harness
+    fault): verdict `error`, with the reason and traceback given."""
+    line = base_line(case, backend_key, implementation, reproduce)
+    line.update(verdict=verdicts.ERROR, rule_verdict=verdicts.ERROR, reason=reason, traceback=traceback)
+    return line
+
+
 def run_case(case: Case, profile, implementations: Implementations, *,
              backend_option: str | None = None, registry=None, check_determinism: bool = False,
              distribution: Distribution | None = None) -> dict:
