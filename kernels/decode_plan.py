@@ -67,6 +67,15 @@ MERGE_TILE_ELEMENTS = 1024
 # stand-in that still gives a small batch several splits, so that path is the one tested)
 # and compile-only launches (CPU tensors standing in for a GPU's).
 STAND_IN_PROCESSORS = 8
+# The launch tables' variant (kernels.tuning.launch_config) of the split kernel for a paged
+# cache whose call has one split and at least FILLED_PROGRAMS_PER_PROCESSOR programs a
+# processor: each program streams a whole sequence through its block table, and the batch
+# fills the device several times over, which may want other tiles than a split call's
+# (kernels.tables_nvidia: on an H200 they help B 128 and cost B 32 with 1k keys, 2 programs a
+# processor, and the contiguous cache, whose kernel holds fewer registers).  A table set
+# without the variant keeps its general decode_split table.
+FILLED_PAGED_VARIANT = "filled_paged"
+FILLED_PROGRAMS_PER_PROCESSOR = 4
 # Plans kept: one per signature a process decodes with (batch sizes x cache capacities x dtypes).
 PLANS_KEPT = 256
 
@@ -133,31 +142,46 @@ class LaunchPlan:
 
 
 def launch_plan(dtype: torch.dtype, head_dim: int, slices: int, rows: int, capacity: int, requested: int,
-                dequantize: bool, device: torch.device, target: Target) -> LaunchPlan:
+                dequantize: bool, paged: bool, device: torch.device, target: Target) -> LaunchPlan:
     """The plan of a validated call (kernels.kv_cache): q of `dtype` and `head_dim` on `device`,
     `slices` sequences x kv heads of `rows` rows each, a cache of `capacity` positions per
-    sequence (fp8: `dequantize`), `requested` splits (0: split_count's choice), launching to
-    `target`.  Its launch configurations are looked up now, the rest made once per signature."""
+    sequence (fp8: `dequantize`; `paged`: through a block table), `requested` splits (0:
+    split_count's choice), launching to `target`.  Its launch configurations are looked up now, the rest made once per signature."""
     block_d = padded_head_dim(head_dim, dtype)
     name = DTYPE_NAMES[dtype]
     split = launch_config("decode_split", block_d, name, target)
+    filled = launch_config("decode_split", block_d, name, target, variants=FILLED_PAGED_VARIANT) if paged else split
     merge = launch_config("decode_merge", block_d, name, target)
-    return _plan(dtype, head_dim, block_d, slices, rows, capacity, requested, dequantize, split, merge, device,
-                 launches_on_device())
+    return _plan(dtype, head_dim, block_d, slices, rows, capacity, requested, dequantize, split, filled, merge,
+                 device, launches_on_device())
 
 
-@lru_cache(maxsize=PLANS_KEPT)
-def _plan(dtype: torch.dtype, head_dim: int, block_d: int, slices: int, rows: int, capacity: int, requested: int,
-          dequantize: bool, split_config: LaunchConfig, merge_config: LaunchConfig, device: torch.device,
-          on_device: bool) -> LaunchPlan:
-    """launch_plan's plan: a pure function of its arguments, hence cached."""
-    split = config_kwargs(split_config, block_d, dtype)
+def _split_kwargs(config: LaunchConfig, block_d: int, dtype: torch.dtype, rows: int, dequantize: bool) -> dict:
+    """The split kernel's launch keyword arguments under `config` for `rows` rows a slice."""
+    split = config_kwargs(config, block_d, dtype)
     if dequantize:
         # Head slices are multiplied as stored; an fp8 cache is dequantised on whole tiles.
         split.pop("HEAD_CHUNK", None)
     split["BLOCK_M"] = row_tile(rows, split["BLOCK_M"])
+    return split
+
+
+@lru_cache(maxsize=PLANS_KEPT)
+def _plan(dtype: torch.dtype, head_dim: int, block_d: int, slices: int, rows: int, capacity: int, requested: int,
+          dequantize: bool, split_config: LaunchConfig, filled_config: LaunchConfig, merge_config: LaunchConfig,
+          device: torch.device, on_device: bool) -> LaunchPlan:
+    """launch_plan's plan: a pure function of its arguments, hence cached.  The split count is
+    worked out under the general table's tiles; a call left with one split whose programs fill
+    every processor FILLED_PROGRAMS_PER_PROCESSOR times then launches with `filled_config`
+    (FILLED_PAGED_VARIANT's table, or the general one again where the cache is contiguous)."""
+    split = _split_kwargs(split_config, block_d, dtype, rows, dequantize)
+    programs = slices * ceil_div(rows, split["BLOCK_M"])
+    available = processors(device, on_device)
+    splits = split_count(requested, programs, capacity, split["BLOCK_N"], available)
+    if splits == 1 and programs >= FILLED_PROGRAMS_PER_PROCESSOR * available:
+        split_config = filled_config
+        split = _split_kwargs(split_config, block_d, dtype, rows, dequantize)
     row_tiles = ceil_div(rows, split["BLOCK_M"])
-    splits = split_count(requested, slices * row_tiles, capacity, split["BLOCK_N"], processors(device, on_device))
     merge = config_kwargs(merge_config, block_d, dtype, tiles=("BLOCK_M",))
     merge["BLOCK_M"] = min(merge["BLOCK_M"], next_power_of_2(rows))  # no tl.dot: no 16-row floor
     merge.update(merge_tiles(splits, merge["BLOCK_M"], block_d))

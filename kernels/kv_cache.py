@@ -196,7 +196,7 @@ def _attend(q, k_cache, v_cache, problem: DecodeProblem):
     if out.numel() == 0:
         return out, lse
     plan = launch_plan(q.dtype, layout.head_dim, batch_heads, problem.rows, layout.capacity, problem.num_splits,
-                       problem.dequantize, q.device, problem.target)
+                       problem.dequantize, layout.paged, q.device, problem.target)
     one_split = plan.splits == 1
     if one_split:  # the split kernel writes out and lse itself (kernels.decode_forward): no scratch
         partial_out, partial_lse, partial_strides = out, lse, (0, 0, 0, 0)

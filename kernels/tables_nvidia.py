@@ -113,6 +113,24 @@ _HOPPER_FORWARD = table(
     (128, LaunchConfig(128, 128, num_warps=8, num_stages=3)),
     (256, LaunchConfig(64, 32, num_warps=8, num_stages=2)),
 )
+# kv_cache_attention's split kernel, which streams a cache once and is bound by memory
+# bandwidth: benchmarks/decode_probe.py on an H100 (bf16 and fp16, pages of 16 and 64,
+# the split heuristic's counts, 24 cells of 256 MiB to 4 GiB; share of the device's copy
+# bandwidth; reports/h100-sm90/kv-cache/decode-tiles-a6624e3/).  Four warps, and long key
+# tiles: D = 128, 128 keys, 4 warps, 2 stages (geometric mean 0.997 of each cell's best
+# configuration, worst 0.983; the forward's 128-key tile with 8 warps and 3 stages it
+# borrowed: 0.92, worst 0.78, at B 128 with one split); D = 64, 128 keys, 4 warps, 3
+# stages (0.99 against 0.77 for the forward's 64 keys, 8 warps); D = 256, 64 keys, 4
+# warps, 2 stages (the best in all three cells, against 0.91 for the forward's 32 keys,
+# 8 warps).  The probe's row tile was 16 (a decode step's rows, kernels.
+# decode_plan.row_tile); the 64 (32 at D = 256) here only holds more query tokens x heads
+# of one kv head in a tile, so that one read of the cache serves them.  fp32 keeps the
+# forward's fp32 tiles, which fit its twice-as-large K and V.
+_DECODE_SPLIT = table(
+    (64, LaunchConfig(64, 128, num_warps=4, num_stages=3)),
+    (128, LaunchConfig(64, 128, num_warps=4, num_stages=2)),
+    (256, LaunchConfig(32, 64, num_warps=4, num_stages=2)),
+)
 # The widest band (keys a row, left + right + 1) the Hopper "window" tables serve: their short
 # loops favour smaller query tiles, a wider band's are long enough for the kernels' own rows.
 # On an H200 at S = 8k and 16k, bf16 and fp16, causal (reports/h200-sm90/variants/window-fwd-row/):
@@ -202,25 +220,20 @@ HOPPER_LAUNCH = {
         (128, LaunchConfig(32, 64, num_warps=8, num_stages=1)),
         CUDA_LAUNCH["piecewise_bwd_dkdv"].rows[-1],
     ),
-    # kv_cache_attention's split kernel, which streams a cache once and is bound by memory
-    # bandwidth: benchmarks/decode_probe.py on an H100 (bf16 and fp16, pages of 16 and 64,
-    # the split heuristic's counts, 24 cells of 256 MiB to 4 GiB; share of the device's copy
-    # bandwidth; reports/h100-sm90/kv-cache/decode-tiles-a6624e3/).  Four warps, and long key
-    # tiles: D = 128, 128 keys, 4 warps, 2 stages (geometric mean 0.997 of each cell's best
-    # configuration, worst 0.983; the forward's 128-key tile with 8 warps and 3 stages it
-    # borrowed: 0.92, worst 0.78, at B 128 with one split); D = 64, 128 keys, 4 warps, 3
-    # stages (0.99 against 0.77 for the forward's 64 keys, 8 warps); D = 256, 64 keys, 4
-    # warps, 2 stages (the best in all three cells, against 0.91 for the forward's 32 keys,
-    # 8 warps).  The probe's row tile was 16 (a decode step's rows, kernels.
-    # decode_plan.row_tile); the 64 (32 at D = 256) here only holds more query tokens x heads
-    # of one kv head in a tile, so that one read of the cache serves them.  fp32 keeps the
-    # forward's fp32 tiles, which fit its twice-as-large K and V.
-    "decode_split": table(
-        (64, LaunchConfig(64, 128, num_warps=4, num_stages=3)),
-        (128, LaunchConfig(64, 128, num_warps=4, num_stages=2)),
-        (256, LaunchConfig(32, 64, num_warps=4, num_stages=2)),
-    ),
+    "decode_split": _DECODE_SPLIT,
     "decode_split.fp32": CUDA_LAUNCH["fwd.fp32"],
+    # A paged cache's call of one split whose batch fills the device several times over
+    # (kernels.decode_plan.FILLED_PAGED_VARIANT: B 128 with 8 kv heads, 1,024 programs): at
+    # D = 128 the 64-key tile in three stages holds 128 registers a thread where the general
+    # row's paged kernel holds 234 (triton 3.6, sm_90), four programs a processor instead of two.
+    # On an H200, graph-timed, fp16 (reports/h200-sm90/kv-cache/filled-paged-s15/), us a call,
+    # 128x4x2 -> 64x4x3: B 128, 1k keys, pages of 64, Sq 1 145.7 -> 135.9, Sq 4 148.7 -> 137.6;
+    # pages of 16, Sq 1 148.8 -> 136.7; 4k keys 533.9 -> 507.4, 540.6 -> 508.1, 533.7 -> 515.2.
+    # Not where programs are fewer (B 32 with 1k keys, two a processor: 43.6 -> 52.9) nor for a
+    # contiguous cache (128 registers already; B 128, 4k keys 485.4 -> 507.0): those keep the
+    # general row, as do the split cells (B 1 with 128k keys: 139.3 -> 185.7).
+    "decode_split.filled_paged": table(
+        _DECODE_SPLIT.rows[0], (128, LaunchConfig(64, 64, num_warps=4, num_stages=3)), _DECODE_SPLIT.rows[2]),
 }
 
 

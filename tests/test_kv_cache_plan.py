@@ -80,6 +80,35 @@ def test_a_launch_plan_is_made_once_per_signature_and_follows_the_tables(monkeyp
     assert torch.allclose(out.float(), expected.float(), atol=1e-2)  # key tiles of 32: other splits, one result
 
 
+def _tiles(config) -> tuple:
+    return config.block_n, config.num_warps, config.num_stages
+
+
+@pytest.mark.parametrize("target", [Target("cuda", 90, 32), Target("hip", "gfx942", 64)])
+def test_a_paged_batch_that_fills_the_device_in_one_split_takes_the_filled_paged_tiles(target):
+    """Hopper's tables hold a decode_split row for a paged cache whose call has one split and
+    FILLED_PROGRAMS_PER_PROCESSOR programs a processor or more (kernels.decode_plan); a
+    contiguous cache, fewer programs, a call of several splits, and a table set without the
+    row (CDNA's) keep the general row.  No GPU here: the stand-in processors are filled."""
+    filled = decode_plan.FILLED_PROGRAMS_PER_PROCESSOR * decode_plan.STAND_IN_PROCESSORS
+
+    def tiles(slices, paged, requested=0):
+        plan = decode_plan.launch_plan(torch.float16, 128, slices, 8, 1024, requested, False, paged,
+                                       torch.device("cpu"), target)
+        assert plan.split["BLOCK_N"] == plan.split_config.block_n
+        return _tiles(plan.split_config)
+
+    general = _tiles(tuning.launch_config("decode_split", 128, "fp16", target))
+    tables = tuning.launch_tables(target)
+    expected = _tiles(tables["decode_split.filled_paged"].pick(128)) if "decode_split.filled_paged" in tables \
+        else general
+    assert (expected != general) == (target.backend == "cuda")
+    assert tiles(filled, paged=True) == tiles(filled, paged=True, requested=1) == expected
+    assert tiles(filled, paged=False) == general
+    assert tiles(filled - 1, paged=True) == general
+    assert tiles(filled, paged=True, requested=2) == general
+
+
 @pytest.mark.parametrize("paged", [False, True])
 def test_a_single_split_writes_the_output_itself_as_the_merge_would(paged):
     """num_splits=1: the split kernel finishes out and lse, and no merge is launched.  Two

@@ -190,11 +190,14 @@ def _variant_call(call: dict, torch_dtype):
 def _kv_cache_call(call: dict, cache_dtype) -> None:
     """kv_cache_attention on a paged cache (pages of 16, a 40-key context, 4 new tokens
     appended, two query heads per kv head, two splits): the append, split and merge kernels;
-    then the same cache in one split, whose split kernel writes the output itself (ONE_SPLIT).
-    An 8-bit cache is read by fp16 queries with per-tensor descales."""
+    then the same cache in one split, whose split kernel writes the output itself (ONE_SPLIT),
+    for one sequence and for a batch of them that fills the stand-in processors (the launch
+    tables' filled_paged row, kernels.decode_plan).  An 8-bit cache is read by fp16 queries
+    with per-tensor descales."""
     import torch
 
     from conformance.bundled import kernels
+    from conformance.bundled.kernels import decode_plan
 
     eight_bit = cache_dtype.itemsize == 1
     query_dtype = torch.float16 if eight_bit else cache_dtype
@@ -207,6 +210,10 @@ def _kv_cache_call(call: dict, cache_dtype) -> None:
     kernels.kv_cache_attention(q, k_cache, v_cache, torch.tensor([36], dtype=torch.int32), block_table=table,
                                k_new=k_new, v_new=v_new, causal=call["causal"], num_splits=2, **descales)
     kernels.kv_cache_attention(q, k_cache, v_cache, torch.tensor([40], dtype=torch.int32), block_table=table,
+                               causal=call["causal"], num_splits=1, **descales)
+    filled = decode_plan.FILLED_PROGRAMS_PER_PROCESSOR * decode_plan.STAND_IN_PROCESSORS  # one program a sequence
+    kernels.kv_cache_attention(q.expand(filled, -1, -1, -1), k_cache, v_cache,
+                               torch.full((filled,), 40, dtype=torch.int32), block_table=table.expand(filled, -1),
                                causal=call["causal"], num_splits=1, **descales)
 
 
