@@ -150,7 +150,9 @@ def launch_plan(dtype: torch.dtype, head_dim: int, slices: int, rows: int, capac
     block_d = padded_head_dim(head_dim, dtype)
     name = DTYPE_NAMES[dtype]
     split = launch_config("decode_split", block_d, name, target)
-    filled = launch_config("decode_split", block_d, name, target, variants=FILLED_PAGED_VARIANT) if paged else split
+    filled = split
+    if paged:
+        filled = launch_config("decode_split", block_d, name, target, variants=FILLED_PAGED_VARIANT)
     merge = launch_config("decode_merge", block_d, name, target)
     return _plan(dtype, head_dim, block_d, slices, rows, capacity, requested, dequantize, split, filled, merge,
                  device, launches_on_device())

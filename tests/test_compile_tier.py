@@ -1,6 +1,8 @@
 """The compile-only tier: targets, the plan, verdicts, crash handling, and one real
 compile for sm_80 (a worker process, so it works whatever this process activated)."""
 
+import types
+
 import pytest
 
 from conformance.backends import cuda_profile, hip_profile, profile_by_key
@@ -91,6 +93,32 @@ def test_ids_and_configs_come_from_the_launch_keywords():
                                 CU_SEQLENS_Q=object(), total_q=40, TILES=object()))  # a packed batch's run-time keywords
     assert list(config) == ["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "waves_per_eu", "CAUSAL", "DROPOUT"]
     assert compile_id("fwd", "hip:gfx942", "fp16", 128, config) == "compile.fwd[hip:gfx942,fp16,d128,causal]"
+    assert compile_id("fwd", "hip:gfx942", "fp16", 128, config, tiles=True) == \
+        "compile.fwd[hip:gfx942,fp16,d128,causal,tiles=64x32x4w1s]"
+
+
+def test_a_second_table_row_for_the_same_flags_is_compiled_under_an_id_of_its_own(monkeypatch):
+    """The KV-cache split kernel launches with the same flags under its general row and its
+    filled_paged row (kernels.decode_plan): the second keeps an id with its tiles, not the
+    first's (which would skip it as compiled); the same configuration again is skipped."""
+    from conformance.compile_only import worker
+
+    events = []
+    monkeypatch.setattr(worker, "emit", events.append)
+    compiler = worker.Compiler("cuda:sm_90", "cuda", skip=set())
+    compiler.dtype = "fp16"
+
+    def uncompiled(*args, **kwargs):
+        raise RuntimeError("not compiled here")
+
+    kernel = types.SimpleNamespace(__name__="decode_split_kernel", warmup=uncompiled)
+    general = dict(BLOCK_M=16, BLOCK_N=128, BLOCK_D=128, num_warps=4, num_stages=2, PAGED=True)
+    filled = {**general, "BLOCK_N": 64, "num_stages": 3}
+    for launch in (general, filled, general, filled):
+        compiler(kernel, (1,), **launch)
+    ids = [event["id"] for event in events if event["event"] == "result"]
+    assert ids == ["compile.decode_split[cuda:sm_90,fp16,d128,paged]",
+                   "compile.decode_split[cuda:sm_90,fp16,d128,paged,tiles=16x64x4w3s]"]
 
 
 def compiled_event(**measured):

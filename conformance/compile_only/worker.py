@@ -82,11 +82,20 @@ def launch_config(kwargs: dict) -> dict:
     return {**tiles, **options, **{key: value for key, value in kept.items() if key not in tiles and key not in options}}
 
 
-def compile_id(kernel: str, target: str, dtype: str, head_dim: int, config: dict, swept: str | None = None) -> str:
+def compile_id(kernel: str, target: str, dtype: str, head_dim: int, config: dict, swept: str | None = None,
+               tiles: bool = False) -> str:
     """`compile.KERNEL[target,dtype,dD,flags]`, with `cfg=...` when the launch is a sweep's
-    configuration (`swept`) rather than the launch table's."""
+    configuration (`swept`) rather than the launch table's, and with `tiles=MxNxWwSs` where
+    `tiles` asks (a second table row for the same flags, e.g. the KV-cache split kernel's
+    filled_paged row beside its general one)."""
     flags = [key.lower() for key, value in config.items() if key.isupper() and value is True]
-    return f"compile.{kernel}[{','.join([target, dtype, f'd{head_dim}', *flags, *([f'cfg={swept}'] if swept else [])])}]"
+    tags = [*([f"tiles={tile_text(config)}"] if tiles else []), *([f"cfg={swept}"] if swept else [])]
+    return f"compile.{kernel}[{','.join([target, dtype, f'd{head_dim}', *flags, *tags])}]"
+
+
+def tile_text(config: dict) -> str:
+    """A launch's tiles and compiler options, e.g. 16x64x4w3s (BLOCK_M x BLOCK_N, warps, stages)."""
+    return f"{config.get('BLOCK_M')}x{config.get('BLOCK_N')}x{config.get('num_warps')}w{config.get('num_stages')}s"
 
 
 class Compiler:
@@ -96,6 +105,7 @@ class Compiler:
         self.target_key, self.backend, self.skip = target_key, backend, set(skip)
         self.dtype = None
         self.config = None  # the call's kernel:configuration (sweep scope)
+        self.first_configs: dict[str, dict] = {}  # compile id -> the first launch's configuration under it
 
     def __call__(self, kernel, grid, *args, **kwargs):
         from conformance.compile_only.resources import usage
@@ -107,7 +117,10 @@ class Compiler:
         # launches at D 128 and 256 keep ids of their own rather than repeat D 64's.
         head_dim = kwargs["BLOCK_D"] * kwargs.get("DIM_CHUNKS", 1)
         swept_kernel, _, swept = (self.config or "").partition(":")
-        case_id = compile_id(name, self.target_key, self.dtype, head_dim, config, swept if swept_kernel == name else None)
+        swept = swept if swept_kernel == name else None
+        case_id = compile_id(name, self.target_key, self.dtype, head_dim, config, swept)
+        if self.first_configs.setdefault(case_id, config) != config:  # another table row, the same flags
+            case_id = compile_id(name, self.target_key, self.dtype, head_dim, config, swept, tiles=True)
         if case_id in self.skip:
             return
         self.skip.add(case_id)
