@@ -146,7 +146,8 @@ def launch_plan(dtype: torch.dtype, head_dim: int, slices: int, rows: int, capac
     """The plan of a validated call (kernels.kv_cache): q of `dtype` and `head_dim` on `device`,
     `slices` sequences x kv heads of `rows` rows each, a cache of `capacity` positions per
     sequence (fp8: `dequantize`; `paged`: through a block table), `requested` splits (0:
-    split_count's choice), launching to `target`.  Its launch configurations are looked up now, the rest made once per signature."""
+    split_count's choice), launching to `target`.  Its launch configurations are looked up
+    now, the rest made once per signature."""
     block_d = padded_head_dim(head_dim, dtype)
     name = DTYPE_NAMES[dtype]
     split = launch_config("decode_split", block_d, name, target)
