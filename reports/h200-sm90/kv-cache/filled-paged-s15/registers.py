@@ -28,7 +28,6 @@ def compiler(kernel, grid, *args, **kwargs):
 launch.set_launcher(compiler)
 from conformance.bundled.kernels import tuning
 from conformance.bundled.kernels.launch_tables import LaunchConfig
-import sys
 bn, w, st = map(int, os.environ["CFG"].split("x"))
 tuning.OVERRIDES["decode_split"] = LaunchConfig(64, bn, num_warps=w, num_stages=st)
 for page in (64, None):
