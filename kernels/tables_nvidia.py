@@ -229,9 +229,12 @@ HOPPER_LAUNCH = {
     # On an H200, graph-timed, fp16 (reports/h200-sm90/kv-cache/filled-paged-s15/), us a call,
     # 128x4x2 -> 64x4x3: B 128, 1k keys, pages of 64, Sq 1 145.7 -> 135.9, Sq 4 148.7 -> 137.6;
     # pages of 16, Sq 1 148.8 -> 136.7; 4k keys 533.9 -> 507.4, 540.6 -> 508.1, 533.7 -> 515.2.
-    # Not where programs are fewer (B 32 with 1k keys, two a processor: 43.6 -> 52.9) nor for a
-    # contiguous cache (128 registers already; B 128, 4k keys 485.4 -> 507.0): those keep the
-    # general row, as do the split cells (B 1 with 128k keys: 139.3 -> 185.7).
+    # Not where programs are fewer (B 32 with 1k keys, two a processor: 43.9 -> 52.9, two runs)
+    # nor for a contiguous cache (128 -> 153 registers; B 128, 4k keys 498.3 -> 507.0, two runs):
+    # those keep the general row, as do the split cells (B 1 with 128k keys: 139.3 -> 185.7).  On an H100
+    # (bf16, eager-timed, reports/h100-sm90/kv-cache/decode-tiles-a6624e3/) the two rows read
+    # within 1.6 % of each other at B 128 (1k keys: 191.2 against 194.1 us at pages of 16, Sq 4;
+    # 4k keys 0.4-0.8 % slower): not graph-timed there, and bf16 not on the H200.
     "decode_split.filled_paged": table(
         _DECODE_SPLIT.rows[0], (128, LaunchConfig(64, 64, num_warps=4, num_stages=3)), _DECODE_SPLIT.rows[2]),
 }
