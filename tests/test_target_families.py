@@ -31,7 +31,7 @@ def test_the_tables_of_the_published_targets_are_todays(key):
     with, for every kernel role and head dim, as it was before the tables were split by
     family (tests/data/pinned_launch_tables.json, written from the commit before issue 32),
     and the deliberate changes since (sm_90: the varlen forward and the narrow windows' forward and dQ tables, issue 33; the KV-cache
-    split kernel's tables, issue 34)."""
+    split kernel's tables and their filled_paged row, issue 34)."""
     profile = backends.profile_by_key(key)
     assert as_data(profile.launch) == json.loads(PINNED.read_text())[key]
 
