@@ -74,6 +74,8 @@ STAND_IN_PROCESSORS = 8
 # (kernels.tables_nvidia: on an H200 they help B 128 and cost B 32 with 1k keys, 2 programs a
 # processor, and the contiguous cache, whose kernel holds fewer registers).  A table set
 # without the variant keeps its general decode_split table.
+# 4 lies between the measured points, about 2 programs a processor (B 32, where the row lost)
+# and 7.8 (B 128 on 132 SMs, where it gained); no batch in between was measured.
 FILLED_PAGED_VARIANT = "filled_paged"
 FILLED_PROGRAMS_PER_PROCESSOR = 4
 # Plans kept: one per signature a process decodes with (batch sizes x cache capacities x dtypes).

@@ -111,7 +111,7 @@ def _band_edge_lengths(case, shortest: int) -> list[int]:
     that the cache's end clips for every token."""
     left, right = case.window if case.window is not None else (-1, -1)
     if case.causal:
-        right = 0 if right < 0 else min(right, 0)
+        right = 0  # a causal mask ends every token's band at its own position, whatever the window
     if case.seq_q < 2:
         return []
     below_edge = ([case.seq_q + left - 1] if left >= 0 else []) + \

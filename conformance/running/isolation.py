@@ -37,14 +37,14 @@ from conformance.running.spawn import module_command
 # Per-case time limits when the user gives none: a GPU case takes seconds; the
 # interpreter's largest cases (long head dims, backward) take minutes on 2 cores.
 DEFAULT_TIMEOUT_S = {"cuda": 300.0, "cpu": 600.0}
+_LOG_TAIL_BYTES = 4000
+_STOP_GRACE_S = 5.0
+_DUMP_WAIT_S = 1.0
 
 
 def default_timeout_s(device: str) -> float:
     """The per-case limit for a profile's device (the CPU's for a device not listed)."""
     return DEFAULT_TIMEOUT_S.get(device, DEFAULT_TIMEOUT_S["cpu"])
-_LOG_TAIL_BYTES = 4000
-_STOP_GRACE_S = 5.0
-_DUMP_WAIT_S = 1.0
 
 
 class WorkerLost(Exception):
